@@ -1,0 +1,135 @@
+"""Proxmox VE (pct, /etc/pve) and plain LXC (lxc-*, /var/lib/lxc): where
+configs live and how a container is started, stopped and entered.
+
+    pve = Proxmox()                     configs: /etc/pve/lxc/<vmid>.conf, /etc/pve/nodes/*/lxc/<vmid>.conf
+    pve.start(transport, "200")         -> Result of ["pct", "start", "200"]
+    Lxc().config_path("web")            -> "/var/lib/lxc/web/config"
+
+Every command is an argv list; container ids are validated before use.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from .errors import BadInput
+from .model import Result
+from .transport import ContainerExec, Transport, env_path
+
+_VMID = re.compile(r"^[1-9][0-9]{2,8}$")
+_LXC_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
+
+
+def _listdir(transport: Transport, path: str) -> list[str]:
+    try:
+        return transport.listdir(path)
+    except OSError:
+        return []
+
+
+@dataclass
+class Proxmox:
+    name = "pve"
+    flavor = "pve"
+    pve_dir: str = field(default_factory=lambda: env_path("LXCFIX_PVE_DIR", "/etc/pve"))
+
+    def validate(self, ct: str) -> str:
+        if not _VMID.match(ct or ""):
+            raise BadInput(f"not a Proxmox container id (vmid): {ct!r}")
+        return ct
+
+    def list(self, transport: Transport) -> dict[str, str]:
+        """vmid -> config path. /etc/pve/lxc is this node's; nodes/*/lxc holds the cluster's."""
+        found: dict[str, str] = {}
+        dirs = [f"{self.pve_dir}/lxc"] + [
+            f"{self.pve_dir}/nodes/{node}/lxc" for node in _listdir(transport, f"{self.pve_dir}/nodes")
+        ]
+        for d in dirs:
+            for entry in _listdir(transport, d):
+                vmid = entry[:-5] if entry.endswith(".conf") else ""
+                if _VMID.match(vmid):
+                    found.setdefault(vmid, f"{d}/{entry}")
+        return dict(sorted(found.items(), key=lambda kv: int(kv[0])))
+
+    def node_of(self, path: str) -> str | None:
+        m = re.match(re.escape(self.pve_dir) + r"/nodes/([^/]+)/lxc/", path)
+        return m.group(1) if m else None
+
+    def config_path(self, ct: str) -> str:
+        return f"{self.pve_dir}/lxc/{self.validate(ct)}.conf"
+
+    def lock_path(self, ct: str) -> str:
+        return f"{env_path('LXCFIX_LOCK_DIR', '/run/lock/lxc')}/pve-config-{self.validate(ct)}.lock"
+
+    def start(self, t: Transport, ct: str) -> Result:
+        return t.run(["pct", "start", self.validate(ct)], timeout=120)
+
+    def stop(self, t: Transport, ct: str) -> Result:
+        return t.run(["pct", "stop", self.validate(ct)], timeout=120)
+
+    def status(self, t: Transport, ct: str) -> str:
+        r = t.run(["pct", "status", self.validate(ct)])
+        m = re.search(r"status:\s*(\w+)", r.stdout)
+        return m.group(1) if r.ok and m else "unknown"
+
+    def exec(self, t: Transport, ct: str) -> ContainerExec:
+        return ContainerExec(inner=t, ct=self.validate(ct), backend="pve")
+
+    def cgroup(self, ct: str) -> str:
+        return f"/sys/fs/cgroup/lxc/{self.validate(ct)}"
+
+
+@dataclass
+class Lxc:
+    name = "lxc"
+    flavor = "lxc"
+    lxcpath: str = field(default_factory=lambda: env_path("LXCFIX_LXC_PATH", "/var/lib/lxc"))
+
+    def validate(self, ct: str) -> str:
+        if not _LXC_NAME.match(ct or "") or ".." in ct:
+            raise BadInput(f"not an LXC container name: {ct!r}")
+        return ct
+
+    def list(self, transport: Transport) -> dict[str, str]:
+        found = {}
+        for name in _listdir(transport, self.lxcpath):
+            if _LXC_NAME.match(name) and "config" in _listdir(transport, f"{self.lxcpath}/{name}"):
+                found[name] = f"{self.lxcpath}/{name}/config"
+        return found
+
+    def node_of(self, path: str) -> str | None:
+        return None
+
+    def config_path(self, ct: str) -> str:
+        return f"{self.lxcpath}/{self.validate(ct)}/config"
+
+    def lock_path(self, ct: str) -> str:
+        return f"{env_path('LXCFIX_LOCK_DIR', '/run/lock/lxc')}/lxcfix-{self.validate(ct)}.lock"
+
+    def start(self, t: Transport, ct: str) -> Result:
+        return t.run(["lxc-start", "-n", self.validate(ct), "-P", self.lxcpath], timeout=120)
+
+    def stop(self, t: Transport, ct: str) -> Result:
+        return t.run(["lxc-stop", "-k", "-n", self.validate(ct), "-P", self.lxcpath], timeout=120)
+
+    def status(self, t: Transport, ct: str) -> str:
+        r = t.run(["lxc-info", "-s", "-H", "-n", self.validate(ct), "-P", self.lxcpath])
+        return r.stdout.strip().lower() if r.ok else "unknown"
+
+    def exec(self, t: Transport, ct: str) -> ContainerExec:
+        return ContainerExec(inner=t, ct=self.validate(ct), backend="lxc")
+
+    def cgroup(self, ct: str) -> str:
+        return f"/sys/fs/cgroup/lxc.payload.{self.validate(ct)}"
+
+
+def detect(transport: Transport) -> Proxmox | Lxc:
+    """Proxmox when its config filesystem is there, else plain LXC."""
+    pve = Proxmox()
+    try:
+        if transport.isdir(pve.pve_dir):
+            return pve
+    except OSError:
+        pass
+    return Lxc()

@@ -1,0 +1,431 @@
+"""The command line. The only module that prints or picks an exit code.
+
+Exit codes: 0 clean (or applied and verified), 1 findings or changes pending,
+2 usage or bad input, 3 host/container unreachable or facts failed, 4 apply
+failed and was rolled back, 5 rollback failed (the message says the state).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from . import __version__, report
+from .apply import Applier, Host, default_state_dir
+from .backends import Lxc, Proxmox, detect
+from .errors import BadInput, ExitCode, LxcfixError
+from .gather import host_facts
+from .plan import STYLES, make_plan
+from .scan import HostReport, scan_host
+from .transport import Local, RootDir
+
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+    help="Find, prove and safely repair broken device passthrough in Proxmox VE and LXC containers.",
+)
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+AUDIT_CODES = {
+    "reboot": ("LXF103", "LXF111", "LXF112", "LXF102", "LXF104", "LXF101", "LXF300"),
+    "driver-upgrade": ("LXF103", "LXF111", "LXF112", "LXF102", "LXF104", "LXF101", "LXF212"),
+}
+
+SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan", "ok": "green"}
+
+
+# ---- targets
+
+
+class Target:
+    """One host to work on: its transport, backend and (for --root) the path mapper."""
+
+    def __init__(self, transport, backend, root: str | None):
+        self.transport = transport
+        self.backend = backend
+        self.root = root
+
+    def local_path(self, path: str) -> str:
+        return self.transport.path(path) if self.root else path
+
+
+def _target(root: Optional[str], hosts: Optional[List[str]]) -> Target:
+    if root is not None:
+        if not os.path.isdir(root):
+            raise BadInput(f"--root {root}: no such directory")
+        t = RootDir(os.path.abspath(root), name=os.path.basename(os.path.abspath(root).rstrip("/")) or root)
+        if not (t.isdir("/etc/pve") or t.isdir("/var/lib/lxc")):
+            raise BadInput(f"--root {root}: not a host snapshot (no etc/pve or var/lib/lxc inside)")
+        pve = Proxmox(pve_dir="/etc/pve")
+        return Target(t, pve if t.isdir("/etc/pve") else Lxc(lxcpath="/var/lib/lxc"), root)
+    for h in hosts or []:
+        if h not in ("localhost", "local", "127.0.0.1"):
+            raise BadInput(f"--host {h}: remote hosts are reached through an inventory (not in this build)")
+    t = Local()
+    return Target(t, detect(t), None)
+
+
+def _cts(target: Target, cts: Optional[List[str]], listed: dict) -> list[str]:
+    for ct in cts or []:
+        target.backend.validate(ct)
+        if ct not in listed:
+            raise BadInput(f"no container {ct!r} on {target.transport.name} "
+                           f"(known: {', '.join(list(listed)[:10]) or 'none'})")
+    return list(cts) if cts else list(listed)
+
+
+def _scan(target: Target, cts, style: str = "auto") -> HostReport:
+    listed = target.backend.list(target.transport)
+    wanted = _cts(target, cts, listed)
+    if style not in STYLES:
+        raise BadInput(f"unknown --style {style!r}: use one of {', '.join(STYLES)}")
+    return scan_host(target.transport, target.backend, wanted, style)
+
+
+def _one(target: Target, ct: str, style: str = "auto"):
+    rep = _scan(target, [ct], style)
+    c = rep.containers[0]
+    if c.plan is None:
+        raise BadInput(f"CT {ct}: {c.error}")
+    return rep, c
+
+
+# ---- human output
+
+
+def _print_host(rep: HostReport, show_ok: bool = True) -> None:
+    table = Table(title=f"{rep.host} ({rep.backend})", title_justify="left")
+    for col in ("CT", "status", "errors", "warnings", "info", "findings"):
+        table.add_column(col)
+    for c in rep.containers:
+        status = report.ct_status(c.findings)
+        if status == "ok" and not show_ok:
+            continue
+        counts = {s: sum(1 for f in c.findings if f.severity == s) for s in ("error", "warning", "info")}
+        codes = ", ".join(sorted({f.code for f in c.findings}))
+        table.add_row(c.ct, Text(status, style=SEVERITY_STYLE[status]), str(counts["error"]),
+                      str(counts["warning"]), str(counts["info"]), codes)
+    out.print(table)
+
+
+def _print_findings(findings, ct_label: bool = True, evidence: bool = False) -> None:
+    for f in report.sort_findings(findings):
+        line = Text()
+        if ct_label:
+            line.append(f"{f.ct:>8}  ")
+        line.append(f"{f.code} ", style="bold")
+        line.append(f"{f.severity:<7} ", style=SEVERITY_STYLE[f.severity])
+        line.append(f.message)
+        out.print(line)
+        pad = " " * (10 if ct_label else 0)
+        if evidence:
+            for e in f.evidence:
+                out.print(Text(f"{pad}  evidence: {e}", style="dim"))
+        if f.fix:
+            out.print(Text(f"{pad}  fix: {f.fix}", style="green"))
+
+
+def _print_diff(diff: str) -> None:
+    for line in diff.splitlines():
+        style = None
+        if line.startswith(("+++", "---")):
+            style = "bold"
+        elif line.startswith("+"):
+            style = "green"
+        elif line.startswith("-"):
+            style = "red"
+        elif line.startswith("@@"):
+            style = "cyan"
+        out.print(Text(line, style=style))
+
+
+def _json(doc: dict) -> None:
+    sys.stdout.write(json.dumps(doc, indent=2, sort_keys=False) + "\n")
+
+
+def _exit_for(hosts: list[HostReport]) -> int:
+    findings = [f for h in hosts for c in h.containers for f in c.findings]
+    if any(f.severity in ("error", "warning") for f in findings):
+        return ExitCode.PENDING
+    if any(h.error for h in hosts):
+        return ExitCode.UNREACHABLE
+    return ExitCode.CLEAN
+
+
+# ---- commands
+
+RootOpt = typer.Option(None, "--root", help="Read a host snapshot laid out like the host's root.")
+HostOpt = typer.Option(None, "--host", help="Host to work on (default: this one).")
+CtOpt = typer.Option(..., "--ct", help="Container: Proxmox vmid or LXC name.")
+StyleOpt = typer.Option("auto", "--style", help="Fix style: auto, devn, path or numeric.")
+
+
+@app.command()
+def scan(
+    root: Optional[str] = RootOpt,
+    inventory: Optional[str] = typer.Option(None, "--inventory", help="YAML inventory of hosts."),
+    host: Optional[List[str]] = HostOpt,
+    ct: Optional[List[str]] = typer.Option(None, "--ct", help="Only these containers."),
+    no_probe: bool = typer.Option(False, "--no-probe", help="Config and host facts only; do not enter containers."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON document on stdout."),
+    fmt: str = typer.Option("table", "--format", help="table, json or prometheus."),
+    concurrency: int = typer.Option(8, "--concurrency", min=1, max=256, help="Hosts scanned at once."),
+    style: str = StyleOpt,
+) -> None:
+    """Diagnose every container on a host (or snapshot) and show what to fix."""
+    if fmt not in ("table", "json", "prometheus"):
+        raise BadInput(f"unknown --format {fmt!r}: use table, json or prometheus")
+    if inventory is not None:
+        raise BadInput("--inventory: fleet scans over SSH are not in this build")
+    fmt = "json" if as_json else fmt
+    target = _target(root, host)
+    rep = _scan(target, ct, style)
+    hosts = [rep]
+    if fmt == "json":
+        _json(report.document("scan", hosts))
+    elif fmt == "prometheus":
+        sys.stdout.write(report.prometheus(hosts, time.time()))
+    else:
+        _print_host(rep)
+        findings = [f for c in rep.containers for f in c.findings]
+        if findings:
+            out.print()
+            _print_findings(findings)
+        s = report.summary(hosts)
+        out.print(f"\n{s['containers']} containers: {s['error']} errors, {s['warning']} warnings, {s['info']} info")
+        pending = [c.ct for c in rep.containers if c.plan is not None and not c.plan.is_empty]
+        if pending:
+            out.print(f"fixes ready for CT {', '.join(pending)}: lxcfix plan --ct ID"
+                      + (f" --root {root}" if root else ""))
+    raise typer.Exit(_exit_for(hosts))
+
+
+@app.command()
+def diagnose(
+    ct: str = CtOpt, host: Optional[List[str]] = HostOpt, root: Optional[str] = RootOpt,
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """One container in depth: findings with their evidence."""
+    target = _target(root, host)
+    rep, c = _one(target, ct)
+    if as_json:
+        _json(report.document("diagnose", [HostReport(rep.host, rep.backend, rep.facts, (c,))]))
+    else:
+        out.print(Text(f"CT {ct} on {rep.host}: {c.path}", style="bold"))
+        if not c.findings:
+            out.print(Text("no problems found", style="green"))
+        _print_findings(c.findings, ct_label=False, evidence=True)
+    raise typer.Exit(_exit_for([HostReport(rep.host, rep.backend, rep.facts, (c,))]))
+
+
+@app.command()
+def plan(
+    ct: str = CtOpt, host: Optional[List[str]] = HostOpt, root: Optional[str] = RootOpt, style: str = StyleOpt,
+) -> None:
+    """Print the fix as a unified diff of the config (nothing when there is nothing to do)."""
+    target = _target(root, host)
+    _, c = _one(target, ct, style)
+    err.print(Text(f"style: {c.plan.style} ({c.plan.style_reason})", style="dim"))
+    if c.plan.is_empty:
+        raise typer.Exit(ExitCode.CLEAN)
+    _print_diff(c.plan.diff())
+    raise typer.Exit(ExitCode.PENDING)
+
+
+def _replanner(target: Target, ct: str, style: str, facts, path: str):
+    from . import ctconfig, gather
+
+    loader = gather.include_loader(target.transport)
+
+    def replan(data: bytes):
+        cfg = ctconfig.parse(data, target.backend.flavor, path)
+        ctx = gather.context(facts, gather.Loaded(ct, path, cfg), loader)
+        return make_plan(ctx, style)
+
+    return replan
+
+
+@app.command()
+def apply(
+    ct: str = CtOpt, host: Optional[List[str]] = HostOpt, root: Optional[str] = RootOpt,
+    dry_run: bool = typer.Option(False, "--dry-run", help="Show the diff and the steps; change nothing."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask."),
+    no_restart: bool = typer.Option(False, "--no-restart", help="Write the config only."),
+    style: str = StyleOpt,
+) -> None:
+    """Back up, write atomically, restart, verify; roll back on any failure."""
+    target = _target(root, host)
+    if root is not None and not no_restart:
+        raise BadInput("--root edits a snapshot: add --no-restart (there is no container to restart)")
+    rep, c = _one(target, ct, style)
+    p = c.plan
+    if p.is_empty:
+        out.print(f"CT {ct}: nothing to change")
+        raise typer.Exit(ExitCode.CLEAN)
+    state = default_state_dir(root)
+    steps = [
+        f"lock {target.backend.lock_path(ct)}; refuse on 'lock:'; check the digest ({p.digest[:12]})",
+        f"back up to {os.path.join(state, 'backups', ct)}/<time>-{p.digest[:12]}.conf (0600)",
+        f"write {p.path} atomically (temp file, fsync, re-parse, rename)",
+    ]
+    if not no_restart:
+        steps += [f"restart CT {ct} if it runs, wait until it is up", "verify: re-plan clean",
+                  "on failure: restore the backup, restart, exit 4"]
+    _print_diff(p.diff())
+    err.print(Text(f"style: {p.style} ({p.style_reason})", style="dim"))
+    if dry_run:
+        out.print("\nsteps apply would take:")
+        for i, s in enumerate(steps, 1):
+            out.print(f"  {i}. {s}")
+        raise typer.Exit(ExitCode.PENDING)
+    if not yes:
+        if not sys.stdin.isatty():
+            raise BadInput("not a terminal and no --yes: refusing to change anything (the diff is above)")
+        if not typer.confirm(f"apply this change to CT {ct}?", default=False):
+            raise BadInput("not confirmed; nothing changed")
+    applier = Applier(Host(target.local_path, target.transport, None if root else target.backend),
+                      ct, state, target.backend.flavor, lock_path=None if root else target.backend.lock_path(ct))
+    result = applier.apply(p, replan=_replanner(target, ct, style, rep.facts, p.path),
+                           restart=not no_restart)
+    out.print(Text(f"CT {ct}: applied ({result.step_reached}); backup {result.backup_path}", style="green"))
+    raise typer.Exit(ExitCode.CLEAN)
+
+
+@app.command()
+def rollback(
+    ct: str = CtOpt, host: Optional[List[str]] = HostOpt, root: Optional[str] = RootOpt,
+    to: Optional[str] = typer.Option(None, "--to", help="Backup file to restore (default: the newest)."),
+    no_restart: bool = typer.Option(False, "--no-restart"),
+) -> None:
+    """Restore a backup taken by apply."""
+    target = _target(root, host)
+    listed = target.backend.list(target.transport)
+    _cts(target, [ct], listed)
+    applier = Applier(Host(target.local_path, target.transport, None if root else target.backend),
+                      ct, default_state_dir(root), target.backend.flavor,
+                      lock_path=None if root else target.backend.lock_path(ct))
+    result = applier.restore(listed[ct], to, restart=not (no_restart or root))
+    out.print(result.message)
+    raise typer.Exit(ExitCode.CLEAN)
+
+
+@app.command()
+def audit(
+    root: Optional[str] = RootOpt,
+    inventory: Optional[str] = typer.Option(None, "--inventory"),
+    host: Optional[List[str]] = HostOpt,
+    for_: str = typer.Option("reboot", "--for", help="reboot or driver-upgrade"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """What breaks on the next reboot or driver upgrade, and what to change first."""
+    if for_ not in AUDIT_CODES:
+        raise BadInput(f"unknown --for {for_!r}: use reboot or driver-upgrade")
+    if inventory is not None:
+        raise BadInput("--inventory: fleet audits over SSH are not in this build")
+    target = _target(root, host)
+    rep = _scan(target, None)
+    codes = AUDIT_CODES[for_]
+    kept = [
+        type(c)(c.host, c.ct, c.path, tuple(f for f in c.findings if f.code in codes), c.plan, c.node)
+        for c in rep.containers
+    ]
+    audited = HostReport(rep.host, rep.backend, rep.facts, tuple(kept), rep.error, rep.seconds)
+    if as_json:
+        doc = report.document("audit", [audited])
+        doc["for"] = for_
+        _json(doc)
+    else:
+        at_risk = [c for c in kept if c.findings]
+        out.print(Text(f"audit for {for_} on {rep.host}: {len(at_risk)} of {len(kept)} containers at risk",
+                       style="bold"))
+        for c in at_risk:
+            _print_findings(c.findings)
+    raise typer.Exit(_exit_for([audited]))
+
+
+@app.command()
+def facts(
+    host: Optional[List[str]] = HostOpt, root: Optional[str] = RootOpt,
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """What lxcfix knows about the host: majors, nodes, driver, cgroup layout."""
+    target = _target(root, host)
+    f = host_facts(target.transport, target.backend)
+    doc = report.facts_json(HostReport(f.host, f.backend, f))
+    if as_json:
+        _json({"schema": report.SCHEMA, "host": f.host, "facts": doc})
+        raise typer.Exit(ExitCode.CLEAN)
+    table = Table(title=f"{f.host}", show_header=False, title_justify="left")
+    table.add_row("backend", f.backend)
+    table.add_row("cgroup layout", f.cgroup_layout)
+    table.add_row("NVIDIA driver", f.nvidia_driver or "-")
+    table.add_row("Proxmox VE", f.pve_version or "-")
+    table.add_row("LXC", f.lxc_version or "-")
+    interesting = ("nvidia", "nvidia-frontend", "nvidia-uvm", "nvidia-caps", "drm", "kfd", "misc")
+    table.add_row("char majors", ", ".join(f"{n} {','.join(map(str, ms))}" for n, ms in sorted(f.char_majors.items())
+                                            if n in interesting) or "-")
+    table.add_row("device nodes", str(len(f.nodes)) if f.nodes_known else "not read (snapshot without dev/)")
+    out.print(table)
+    raise typer.Exit(ExitCode.CLEAN)
+
+
+def _version(value: bool) -> None:
+    if value:
+        out.print(f"lxcfix {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main(
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks for internal errors."),
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True),
+) -> None:
+    if debug:
+        os.environ["LXCFIX_DEBUG"] = "1"
+
+
+def _framework_exit(e: Exception) -> int | None:
+    """typer/click signal exits, aborts and usage errors with exceptions; which
+    click they come from (click itself, or the copy newer typer ships) varies,
+    so they are recognised by shape, not class."""
+    name = type(e).__name__
+    if name == "Exit" and hasattr(e, "exit_code"):
+        return int(e.exit_code or 0)
+    if name == "Abort":
+        err.print("lxcfix: aborted; nothing changed")
+        return ExitCode.USAGE
+    if hasattr(e, "format_message") and hasattr(e, "exit_code"):
+        ctx = getattr(e, "ctx", None)
+        hint = f" (see: {ctx.command_path} --help)" if ctx is not None else ""
+        err.print(f"lxcfix: error: {e.format_message()}{hint}")
+        return ExitCode.USAGE
+    return None
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        code = app(args=argv, standalone_mode=False)
+    except LxcfixError as e:
+        err.print(Text(f"lxcfix: error: {e}", style="bold red" if e.exit_code >= 4 else None))
+        code = e.exit_code
+    except KeyboardInterrupt:
+        err.print("lxcfix: interrupted")
+        code = 130
+    except Exception as e:
+        code = _framework_exit(e)
+        if code is None:  # a bug: one line, not a traceback, unless asked
+            if os.environ.get("LXCFIX_DEBUG"):
+                raise
+            err.print(f"lxcfix: internal error (a bug, please report it): {type(e).__name__}: {e}; "
+                      "--debug shows the traceback")
+            code = ExitCode.UNREACHABLE
+    sys.exit(int(code or 0))

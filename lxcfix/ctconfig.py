@@ -1,0 +1,241 @@
+"""Container config files, Proxmox and plain LXC, parsed and written byte-exact.
+
+A config is an ordered list of lines; each keeps its raw bytes, so
+`serialize(parse(b)) == b` for every input, whatever its encoding, line
+endings or final newline. Edits build new lines and touch only the main
+section (before the first `[section]`); snapshot and `[pve:pending]` lines
+are never rebuilt.
+
+    cfg = parse(b"arch: amd64\\nlxc.cgroup2.devices.allow: c 195:* rwm\\n[snap]\\n...", "pve")
+    cfg.lines[1] == Line(raw=b"lxc.cgroup2.devices.allow: c 195:* rwm\\n", section=None,
+                         key="lxc.cgroup2.devices.allow", value="c 195:* rwm")
+    cfg.values("lxc.cgroup2.devices.allow") == ["c 195:* rwm"]
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, replace
+from typing import Iterable, Iterator, Literal
+
+Flavor = Literal["pve", "lxc"]
+
+# pve-container's own line grammar (PVE::LXC::Config::parse_pct_config):
+# raw LXC keys take ':' or '=', Proxmox keys take ':'.
+_PVE_LXC = re.compile(r"^(lxc\.[A-Za-z0-9_\-.]+)(?:\s*:|\s*=)\s*(.*?)\s*$")
+_PVE_KEY = re.compile(r"^([a-z][a-z0-9_\-]*):\s*(.*?)\s*$")
+_LXC_KEY = re.compile(r"^([A-Za-z0-9_\-.]+)\s*=\s*(.*?)\s*$")
+_SECTION = re.compile(r"^\[([^\]]*)\]\s*$")
+
+MAIN = None  # the section of lines before the first "[name]"
+
+
+@dataclass(frozen=True)
+class Line:
+    """One physical line. key is None for blank, comment, section and bad lines."""
+
+    raw: bytes
+    section: str | None
+    key: str | None = None
+    value: str | None = None
+    bad: bool = False
+    header: str | None = None  # set on "[name]" lines
+
+    @property
+    def text(self) -> str:
+        return self.raw.decode("utf-8", "surrogateescape").rstrip("\r\n")
+
+    @property
+    def eol(self) -> bytes:
+        if self.raw.endswith(b"\r\n"):
+            return b"\r\n"
+        return b"\n" if self.raw.endswith(b"\n") else b""
+
+
+@dataclass(frozen=True)
+class CtConfig:
+    """A parsed config. `path` is where it came from (for messages)."""
+
+    flavor: Flavor
+    lines: tuple[Line, ...]
+    path: str = ""
+
+    @property
+    def raw(self) -> bytes:
+        return b"".join(line.raw for line in self.lines)
+
+    @property
+    def digest(self) -> str:
+        return digest(self.raw)
+
+    def main(self) -> Iterator[tuple[int, Line]]:
+        for i, line in enumerate(self.lines):
+            if line.section is not MAIN:
+                return
+            yield i, line
+
+    def items(self) -> list[tuple[str, str]]:
+        """(key, value) of the main section, in order; duplicates kept."""
+        return [(ln.key, ln.value) for _, ln in self.main() if ln.key is not None]
+
+    def values(self, key: str) -> list[str]:
+        return [v for k, v in self.items() if k == key]
+
+    def get(self, key: str) -> str | None:
+        vals = self.values(key)
+        return vals[-1] if vals else None
+
+    def bad_lines(self) -> list[tuple[int, str]]:
+        """(1-based line number, text) of main-section lines that do not parse."""
+        return [(i + 1, ln.text) for i, ln in self.main() if ln.bad]
+
+    def sections(self) -> list[str]:
+        return [ln.header for ln in self.lines if ln.header is not None]
+
+    @property
+    def newline(self) -> bytes:
+        """The file's own line ending, for lines we add."""
+        for line in self.lines:
+            if line.eol:
+                return line.eol
+        return b"\n"
+
+
+def digest(raw: bytes) -> str:
+    return hashlib.sha1(raw).hexdigest()
+
+
+def split_lines(raw: bytes) -> list[bytes]:
+    """Split keeping each line's ending; the last may have none."""
+    out = raw.splitlines(keepends=True)
+    # bytes.splitlines also splits on \r alone, \x0b, \x0c, \x1c..\x1e: rejoin
+    # those, since LXC and Proxmox split on \n only.
+    lines: list[bytes] = []
+    buf = b""
+    for piece in out:
+        buf += piece
+        if buf.endswith(b"\n"):
+            lines.append(buf)
+            buf = b""
+    if buf:
+        lines.append(buf)
+    return lines
+
+
+def parse_line(raw: bytes, section: str | None, flavor: Flavor) -> Line:
+    text = raw.decode("utf-8", "surrogateescape").rstrip("\r\n")
+    stripped = text.strip()
+    if not stripped or stripped.startswith("#"):
+        return Line(raw, section)
+    if flavor == "pve":
+        m = _SECTION.match(stripped)
+        if m:
+            return Line(raw, m.group(1), header=m.group(1))
+        m = _PVE_LXC.match(stripped) or _PVE_KEY.match(stripped)
+    else:
+        m = _LXC_KEY.match(stripped)
+    if not m:
+        return Line(raw, section, bad=True)
+    return Line(raw, section, key=m.group(1), value=m.group(2))
+
+
+def parse(raw: bytes, flavor: Flavor, path: str = "") -> CtConfig:
+    """Never raises: lines it cannot read are kept, marked bad."""
+    lines: list[Line] = []
+    section: str | None = MAIN
+    for chunk in split_lines(raw):
+        line = parse_line(chunk, section, flavor)
+        if line.header is not None:
+            section = line.header
+        lines.append(line)
+    return CtConfig(flavor, tuple(lines), path)
+
+
+def serialize(cfg: CtConfig) -> bytes:
+    return cfg.raw
+
+
+# ---- edit primitives: each returns a new CtConfig; only the main section moves
+
+
+def format_line(flavor: Flavor, key: str, value: str, eol: bytes = b"\n") -> bytes:
+    sep = ": " if flavor == "pve" else " = "
+    return f"{key}{sep}{value}".encode("utf-8", "surrogateescape") + eol
+
+
+def _new_line(cfg: CtConfig, key: str, value: str) -> Line:
+    return parse_line(format_line(cfg.flavor, key, value, cfg.newline), MAIN, cfg.flavor)
+
+
+def _main_end(cfg: CtConfig) -> int:
+    """Index just after the last non-blank main-section line."""
+    end = 0
+    for i, line in cfg.main():
+        if line.raw.strip():
+            end = i + 1
+    return end
+
+
+def _terminated(cfg: CtConfig, lines: list[Line], index: int) -> None:
+    """Give lines[index - 1] a line ending if it lacks one (file had no final newline)."""
+    if index > 0 and not lines[index - 1].eol:
+        prev = lines[index - 1]
+        lines[index - 1] = replace(prev, raw=prev.raw + cfg.newline)
+
+
+def insert_after(cfg: CtConfig, index: int, entries: Iterable[tuple[str, str]]) -> CtConfig:
+    """Insert key/value lines after lines[index] (index -1: at the top)."""
+    lines = list(cfg.lines)
+    at = index + 1
+    if at > 0 and not lines[at - 1].eol:
+        # The file had no final newline: the line we append after needs one.
+        lines[at - 1] = replace(lines[at - 1], raw=lines[at - 1].raw + cfg.newline)
+    lines[at:at] = [_new_line(cfg, k, v) for k, v in entries]
+    return replace(cfg, lines=tuple(lines))
+
+
+def add(cfg: CtConfig, key: str, value: str, near: Iterable[str] = ()) -> CtConfig:
+    """Add `key value` after the last main-section line of `key` (or of a key in
+    `near`, e.g. mount entries next to allow rules); else after the last
+    non-blank main-section line, so blank lines before a snapshot stay put."""
+    keys = {key, *near}
+    anchor = _main_end(cfg) - 1
+    for i, line in cfg.main():
+        if line.key in keys:
+            anchor = i
+    return insert_after(cfg, anchor, [(key, value)])
+
+
+def remove(cfg: CtConfig, index: int) -> CtConfig:
+    line = cfg.lines[index]
+    if line.section is not MAIN:
+        raise ValueError("only main-section lines are edited")
+    lines = list(cfg.lines)
+    del lines[index]
+    if index == len(lines) and index > 0 and not line.eol and lines[index - 1].eol:
+        # Removing a last line that had no newline: keep "no final newline".
+        prev = lines[index - 1]
+        lines[index - 1] = replace(prev, raw=prev.raw[: -len(prev.eol)])
+    return replace(cfg, lines=tuple(lines))
+
+
+def set_value(cfg: CtConfig, index: int, key: str, value: str) -> CtConfig:
+    """Replace lines[index] with `key value`, keeping its line ending."""
+    line = cfg.lines[index]
+    if line.section is not MAIN:
+        raise ValueError("only main-section lines are edited")
+    new = parse_line(format_line(cfg.flavor, key, value, line.eol), MAIN, cfg.flavor)
+    lines = list(cfg.lines)
+    lines[index] = new
+    return replace(cfg, lines=tuple(lines))
+
+
+def find(cfg: CtConfig, key: str, value: str | None = None) -> list[int]:
+    """Indexes of main-section lines with this key (and value)."""
+    return [i for i, ln in cfg.main() if ln.key == key and (value is None or ln.value == value)]
+
+
+def includes(cfg: CtConfig) -> list[str]:
+    """`lxc.include` targets in order (files or directories)."""
+    return cfg.values("lxc.include")

@@ -1,0 +1,365 @@
+"""Devices: /proc/devices, the device catalog, cgroup rules and their evaluation.
+
+Pure: data in, data out.
+
+    parse_proc_devices("Character devices:\\n195 nvidia\\n511 nvidia-uvm\\n\\nBlock devices:\\n8 sd\\n")
+        == ({"nvidia": (195,), "nvidia-uvm": (511,)}, {"sd": (8,)})
+    parse_rule("c 195:* rwm") == DeviceRule("c", 195, None, "rwm")
+    RuleSet.replay([("deny", "a"), ("allow", "c 195:* rwm")]).allows("c", 195, 0, "rw") is True
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Literal, Mapping
+
+from .model import DeviceNode, DeviceRule, HostFacts
+
+# ---- /proc/devices
+
+
+def parse_proc_devices(text: str) -> tuple[dict[str, tuple[int, ...]], dict[str, tuple[int, ...]]]:
+    """(char majors by name, block majors by name)."""
+    char: dict[str, list[int]] = {}
+    block: dict[str, list[int]] = {}
+    section = None
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("Character devices"):
+            section = char
+        elif line.startswith("Block devices"):
+            section = block
+        elif section is not None and line:
+            parts = line.split(None, 1)
+            if len(parts) == 2 and parts[0].isdigit():
+                section.setdefault(parts[1], []).append(int(parts[0]))
+    return ({k: tuple(v) for k, v in char.items()}, {k: tuple(v) for k, v in block.items()})
+
+
+# ---- the catalog (DOMAIN.md section 2)
+
+# Majors several drivers share: never allow a wildcard minor there.
+SHARED_MAJORS = frozenset({1, 4, 5, 7, 10, 13})
+
+# Kernel dynamic char majors: 254..234, then 511..384.
+def is_dynamic_major(major: int) -> bool:
+    return 234 <= major <= 254 or 384 <= major <= 511
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """A node path pattern; minor(match) gives the canonical minor."""
+
+    pattern: str
+    minor: Callable[[re.Match], int]
+
+    def match(self, path: str) -> re.Match | None:
+        return re.fullmatch(self.pattern, path)
+
+
+def _fixed(n: int) -> Callable[[re.Match], int]:
+    return lambda m: n
+
+
+def _group(i: int = 1, offset: int = 0) -> Callable[[re.Match], int]:
+    return lambda m: int(m.group(i)) + offset
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A device family. Major: `static`, or looked up by `drivers` in /proc/devices."""
+
+    name: str
+    nodes: tuple[NodeSpec, ...]
+    drivers: tuple[str, ...] = ()
+    static: int | None = None
+    dirs: tuple[str, ...] = ()  # directories mounted whole (create=dir)
+    defaults: tuple[str, ...] = ()  # nodes a directory mount usually holds
+
+    @property
+    def dynamic(self) -> bool:
+        return self.static is None
+
+    def major(self, facts: HostFacts) -> int | None:
+        if self.static is not None:
+            return self.static
+        for name in self.drivers:
+            m = facts.char_major(name)
+            if m is not None:
+                return m
+        return None
+
+    def owns_major(self) -> bool:
+        """True when one driver owns the whole major, so `c M:* rwm` grants nothing else."""
+        return self.static is None or self.static not in SHARED_MAJORS
+
+
+CATALOG: tuple[Profile, ...] = (
+    Profile(
+        "nvidia",
+        (
+            NodeSpec(r"/dev/nvidia(\d+)", _group()),
+            NodeSpec(r"/dev/nvidiactl", _fixed(255)),
+            NodeSpec(r"/dev/nvidia-modeset", _fixed(254)),
+        ),
+        drivers=("nvidia", "nvidia-frontend"),
+        static=195,
+        defaults=("/dev/nvidia0", "/dev/nvidiactl"),
+    ),
+    Profile(
+        "nvidia-uvm",
+        (NodeSpec(r"/dev/nvidia-uvm", _fixed(0)), NodeSpec(r"/dev/nvidia-uvm-tools", _fixed(1))),
+        drivers=("nvidia-uvm",),
+        defaults=("/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"),
+    ),
+    Profile(
+        "nvidia-caps",
+        (NodeSpec(r"/dev/nvidia-caps/nvidia-cap(\d+)", _group()),),
+        drivers=("nvidia-caps",),
+        dirs=("/dev/nvidia-caps",),
+    ),
+    Profile(
+        "dri",
+        (NodeSpec(r"/dev/dri/card(\d+)", _group()), NodeSpec(r"/dev/dri/renderD(\d+)", _group())),
+        drivers=("drm",),
+        static=226,
+        dirs=("/dev/dri",),
+        defaults=("/dev/dri/card0", "/dev/dri/renderD128"),
+    ),
+    Profile("kfd", (NodeSpec(r"/dev/kfd", _fixed(0)),), drivers=("kfd",), defaults=("/dev/kfd",)),
+    Profile("tun", (NodeSpec(r"/dev/net/tun", _fixed(200)),), static=10, dirs=("/dev/net",),
+            defaults=("/dev/net/tun",)),
+    Profile("fuse", (NodeSpec(r"/dev/fuse", _fixed(229)),), static=10, defaults=("/dev/fuse",)),
+    Profile("kvm", (NodeSpec(r"/dev/kvm", _fixed(232)),), static=10, defaults=("/dev/kvm",)),
+    Profile("apex", (NodeSpec(r"/dev/apex_(\d+)", _group()),), static=120, defaults=("/dev/apex_0",)),
+    Profile("usb-serial", (NodeSpec(r"/dev/ttyUSB(\d+)", _group()),), static=188),
+    Profile("usb-acm", (NodeSpec(r"/dev/ttyACM(\d+)", _group()),), static=166),
+    Profile(
+        "usb",
+        (NodeSpec(r"/dev/bus/usb/(\d+)/(\d+)", lambda m: (int(m.group(1)) - 1) * 128 + int(m.group(2)) - 1),),
+        static=189,
+        dirs=("/dev/bus/usb",),
+    ),
+)
+
+PROFILES: Mapping[str, Profile] = {p.name: p for p in CATALOG}
+
+
+@dataclass(frozen=True)
+class CatalogNode:
+    """A host path the catalog knows: its profile and expected numbers."""
+
+    path: str
+    profile: Profile
+    major: int | None  # None: dynamic and its driver is not loaded
+    minor: int
+
+
+def lookup(path: str, facts: HostFacts) -> CatalogNode | None:
+    for profile in CATALOG:
+        for spec in profile.nodes:
+            m = spec.match(path)
+            if m:
+                major = profile.major(facts)
+                return CatalogNode(path, profile, major, spec.minor(m))
+    return None
+
+
+def profile_for_major(major: int, facts: HostFacts, minor: int | None = None) -> Profile | None:
+    """Which catalog profile a char major (and minor, on a shared major) belongs to here."""
+    for profile in CATALOG:
+        if profile.major(facts) != major:
+            continue
+        if major in SHARED_MAJORS and not any(n.minor == minor for n in nodes_of(profile, facts)):
+            continue
+        return profile
+    return None
+
+
+def nodes_of(profile: Profile, facts: HostFacts) -> list[DeviceNode]:
+    """The host nodes of a profile: stat()ed ones when known, else its canonical ones."""
+    if facts.nodes_known:
+        return [n for p, n in sorted(facts.nodes.items())
+                if n.kind == "c" and (hit := lookup(p, facts)) is not None and hit.profile is profile]
+    return [n for p in profile.defaults if (n := resolve(p, facts)) is not None]
+
+
+def resolve(path: str, facts: HostFacts) -> DeviceNode | None:
+    """The node at `path` on the host: stat()ed when the host's dev/ was read,
+    else from the catalog and /proc/devices. None when it does not exist."""
+    if facts.nodes_known:
+        return facts.nodes.get(path)
+    known = lookup(path, facts)
+    if known is None or known.major is None:
+        return None
+    return DeviceNode(path, "c", known.major, known.minor, 0o20666)
+
+
+def nodes_under(directory: str, facts: HostFacts) -> list[DeviceNode]:
+    """Nodes a directory bind mount brings in (/dev/dri -> card0, renderD128)."""
+    prefix = directory.rstrip("/") + "/"
+    if facts.nodes_known:
+        return [n for p, n in sorted(facts.nodes.items()) if p.startswith(prefix)]
+    out = []
+    for profile in CATALOG:
+        if directory in profile.dirs:
+            out += [n for p in profile.defaults if (n := resolve(p, facts)) is not None]
+    return out
+
+
+# ---- rules
+
+_RULE = re.compile(r"^([abc])\s+(\*|\d+):(\*|\d+)\s+([rwm]+)$")
+
+
+class RuleError(ValueError):
+    pass
+
+
+def parse_rule(value: str, allow: bool = True) -> DeviceRule:
+    """Every form LXC takes: `a`, `c 195:* rwm`, `b 8:* r`, `/dev/net/tun rw`."""
+    v = value.strip()
+    if v == "a" or re.fullmatch(r"a(\s+\*:\*)?(\s+[rwm]+)?", v):
+        return DeviceRule("a", None, None, "rwm", allow=allow)
+    if v.startswith("/"):
+        parts = v.split()
+        access = parts[1] if len(parts) > 1 else "rwm"
+        if len(parts) > 2 or not re.fullmatch(r"[rwm]+", access):
+            raise RuleError(f"bad device rule {value!r}")
+        return DeviceRule("c", None, None, _norm_access(access), path=parts[0], allow=allow)
+    m = _RULE.match(v)
+    if not m:
+        raise RuleError(f"bad device rule {value!r}")
+    kind, major, minor, access = m.groups()
+    return DeviceRule(
+        kind,
+        None if major == "*" else int(major),
+        None if minor == "*" else int(minor),
+        _norm_access(access),
+        allow=allow,
+    )
+
+
+def _norm_access(access: str) -> str:
+    return "".join(c for c in "rwm" if c in access)
+
+
+def format_rule(rule: DeviceRule) -> str:
+    return str(rule)
+
+
+def covers_access(granted: str, wanted: str) -> bool:
+    return set(wanted) <= set(granted)
+
+
+def is_overbroad(rule: DeviceRule) -> str | None:
+    """Why an allow rule grants too much, or None (LXF104)."""
+    if not rule.allow or rule.path is not None:
+        return None
+    if rule.kind == "a":
+        return "allows every device"
+    if rule.access == "m":
+        return None  # mknod only: LXC's own common.conf does this
+    if rule.major is None:
+        return f"allows every {'block' if rule.kind == 'b' else 'char'} device"
+    if rule.kind == "b" and rule.minor is None:
+        return f"allows every block device of major {rule.major}"
+    if rule.minor is None and rule.major in SHARED_MAJORS:
+        extra = {10: " (/dev/mapper/control, /dev/loop-control, /dev/kvm, ...)"}.get(rule.major, "")
+        return f"a wildcard minor on shared major {rule.major} grants every device on it{extra}"
+    return None
+
+
+Mode = Literal["allowlist", "denylist"]
+
+
+@dataclass(frozen=True)
+class SourcedRule:
+    """A rule and where it came from ("/etc/pve/lxc/200.conf:14", "common.conf:23")."""
+
+    rule: DeviceRule
+    origin: str = ""
+
+
+@dataclass(frozen=True)
+class RuleSet:
+    """The cgroup2 device list LXC would compile, after replaying the config lines.
+
+    LXC semantics: `allow a` -> denylist mode, `deny a` -> allowlist mode, and
+    both clear the list; an empty value clears the list; a rule equal to one
+    already listed (same kind, numbers and access) updates it in place; the
+    program checks rules last line first; no match -> the mode's default.
+    The initial mode, before any `a`, is denylist (everything allowed).
+    """
+
+    mode: Mode = "denylist"
+    rules: tuple[SourcedRule, ...] = ()
+    has_program: bool = False
+
+    @staticmethod
+    def replay(lines: Iterable[tuple[str, str] | tuple[str, str, str]], resolve_path=None) -> "RuleSet":
+        """lines: (verb "allow"|"deny", value[, origin]).
+        resolve_path(path) -> (kind, major, minor) | None, for path-form rules."""
+        mode: Mode = "denylist"
+        rules: list[SourcedRule] = []
+        program = False
+        for item in lines:
+            verb, value = item[0], item[1]
+            origin = item[2] if len(item) > 2 else ""
+            if not value.strip():
+                rules = []
+                mode = "denylist"
+                program = False
+                continue
+            try:
+                rule = parse_rule(value, allow=(verb == "allow"))
+            except RuleError:
+                continue  # LXC refuses to start on these; the config rule reports it
+            program = True
+            if rule.kind == "a":
+                mode = "denylist" if rule.allow else "allowlist"
+                rules = []
+                continue
+            if rule.path is not None:
+                hit = resolve_path(rule.path) if resolve_path else None
+                if hit is None:
+                    continue  # LXC logs an error and starts without it
+                kind, major, minor = hit
+                rule = DeviceRule(kind, major, minor, rule.access, path=rule.path, allow=rule.allow)
+            for i, cur in enumerate(rules):
+                r = cur.rule
+                if (r.kind, r.major, r.minor, r.access) == (rule.kind, rule.major, rule.minor, rule.access):
+                    rules[i] = SourcedRule(rule, origin)
+                    break
+            else:
+                rules.append(SourcedRule(rule, origin))
+        return RuleSet(mode, tuple(rules), program)
+
+    def match(self, kind: str, major: int, minor: int, access: str = "rw") -> SourcedRule | None:
+        """The rule that decides, or None when the default does."""
+        for sr in reversed(self.rules):
+            r = sr.rule
+            if r.kind not in ("a", kind):
+                continue
+            if r.major is not None and r.major != major:
+                continue
+            if r.minor is not None and r.minor != minor:
+                continue
+            if not covers_access(r.access, access):
+                continue
+            return sr
+        return None
+
+    def allows(self, kind: str, major: int, minor: int, access: str = "rw") -> bool:
+        if not self.has_program:
+            return True
+        hit = self.match(kind, major, minor, access)
+        if hit is None:
+            return self.mode == "denylist"
+        return hit.rule.allow
+
+    def describe(self, kind: str | None = None) -> str:
+        shown = [str(sr.rule) for sr in self.rules if sr.rule.allow and sr.rule.access != "m"
+                 and (kind is None or sr.rule.kind == kind)]
+        return ", ".join(shown) or "nothing"

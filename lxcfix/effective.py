@@ -1,0 +1,253 @@
+"""What LXC will actually apply for one container: the config as `lxc-start`
+sees it (includes followed, Proxmox's generated lines added), its device
+rules replayed, its mounts and `devN:` entries, and the devices it is given.
+
+    eff = effective(cfg, facts, load)
+    eff.ruleset.allows("c", 511, 0)        -> False
+    eff.given[0] == Given(path="/dev/nvidia-uvm", target="dev/nvidia-uvm", via="mount",
+                          node=DeviceNode(...511, 0...), index=17, optional=True, ...)
+
+`load(path)` returns [(file, bytes), ...] for an include (a directory gives
+its *.conf files in order), or None when it cannot be read; built-in
+defaults (lxcdefaults.py) stand in then.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass, field
+from typing import Callable
+
+from . import ctconfig, devices, lxcdefaults
+from .ctconfig import CtConfig
+from .devices import RuleSet
+from .model import DeviceNode, HostFacts
+
+Loader = Callable[[str], "list[tuple[str, bytes]] | None"]
+
+V2_KEYS = ("lxc.cgroup2.devices.allow", "lxc.cgroup2.devices.deny")
+V1_KEYS = ("lxc.cgroup.devices.allow", "lxc.cgroup.devices.deny")
+MOUNT_KEY = "lxc.mount.entry"
+
+
+@dataclass(frozen=True)
+class Mount:
+    source: str
+    target: str
+    fstype: str
+    options: tuple[str, ...]
+    index: int | None  # line in the container's own config; None if generated/included
+    origin: str = ""
+
+    @property
+    def is_bind(self) -> bool:
+        return "bind" in self.options or "rbind" in self.options
+
+    @property
+    def optional(self) -> bool:
+        return "optional" in self.options
+
+
+@dataclass(frozen=True)
+class DevN:
+    """A Proxmox `devN:` entry."""
+
+    key: str
+    path: str
+    options: dict
+    index: int
+
+
+@dataclass(frozen=True)
+class Given:
+    """A device the container is given: host path, where it appears inside,
+    how (mount | devn), and the host node (None: missing on the host)."""
+
+    path: str
+    target: str
+    via: str
+    node: DeviceNode | None
+    index: int
+    optional: bool = False
+    profile: str | None = None
+    from_dir: str | None = None  # set when it comes in through a directory mount
+
+
+@dataclass(frozen=True)
+class OwnRule:
+    """A device rule line of the container's own config (main section)."""
+
+    index: int
+    key: str
+    value: str
+    rule: "devices.DeviceRule | None"  # None: the value does not parse
+
+    @property
+    def v1(self) -> bool:
+        return self.key in V1_KEYS
+
+
+@dataclass(frozen=True)
+class Effective:
+    ruleset: RuleSet
+    mounts: tuple[Mount, ...]
+    devn: tuple[DevN, ...]
+    own_rules: tuple[OwnRule, ...]
+    given: tuple[Given, ...]
+    unprivileged: bool = False
+    lock: str | None = None
+    lines: tuple[tuple[str, str, str], ...] = field(default=(), repr=False)  # (key, value, origin)
+
+
+def parse_mount(value: str, index: int | None, origin: str = "") -> Mount | None:
+    parts = value.split()
+    if len(parts) < 4:
+        return None
+    return Mount(parts[0], parts[1], parts[2], tuple(parts[3].split(",")), index, origin)
+
+
+def parse_devn(key: str, value: str, index: int) -> DevN | None:
+    opts: dict[str, str] = {}
+    path = None
+    for part in value.split(","):
+        part = part.strip()
+        if "=" in part:
+            k, v = part.split("=", 1)
+            if k == "path":
+                path = v
+            else:
+                opts[k] = v
+        elif part and path is None:
+            path = part
+    return DevN(key, path, opts, index) if path else None
+
+
+def is_devn_key(key: str) -> bool:
+    return key.startswith("dev") and key[3:].isdigit() and 0 <= int(key[3:]) <= 255
+
+
+def _expand(
+    items: list[tuple[str, str, str]], load: Loader, builtin: dict[str, bytes], depth: int = 0
+) -> list[tuple[str, str, str]]:
+    """Follow lxc.include in place. items: (key, value, origin)."""
+    out: list[tuple[str, str, str]] = []
+    for key, value, origin in items:
+        if key != "lxc.include" or depth > 8:
+            out.append((key, value, origin))
+            continue
+        files = load(value)
+        if files is None:
+            fallback = builtin.get(value) if value in builtin else builtin.get(value.rstrip("/") + "/")
+            files = [(value, fallback)] if fallback else []
+        for name, raw in files:
+            sub = ctconfig.parse(raw, "lxc", name)
+            base = posixpath.basename(name.rstrip("/")) or name
+            sub_items = [
+                (ln.key, ln.value, f"{base}:{i + 1}")
+                for i, ln in enumerate(sub.lines) if ln.key is not None
+            ]
+            out += _expand(sub_items, load, builtin, depth + 1)
+    return out
+
+
+def _pve_generated(cfg: CtConfig, facts: HostFacts, load: Loader) -> tuple[list, bool]:
+    """The lines `pct start` writes before the raw lxc.* ones (pve-container's
+    update_lxc_config), and whether the container is unprivileged."""
+    cfgdir = lxcdefaults.LXC_CONFIG_DIR
+    unprivileged = cfg.get("unprivileged") == "1" or any(k == "lxc.idmap" for k, _ in cfg.items())
+    ostype = cfg.get("ostype") or ""
+    items: list[tuple[str, str, str]] = []
+    common = f"{cfgdir}/{ostype}.common.conf"
+    items.append(("lxc.include", common if ostype and load(common) else f"{cfgdir}/common.conf", "pct"))
+    if unprivileged:
+        userns = f"{cfgdir}/{ostype}.userns.conf"
+        items.append(("lxc.include", userns if ostype and load(userns) else f"{cfgdir}/userns.conf", "pct"))
+    features = cfg.get("features") or ""
+    if "fuse=1" in features.split(","):
+        items.append((MOUNT_KEY, "/dev/fuse dev/fuse none bind,create=file 0 0", "pct:features"))
+    for i, line in cfg.main():
+        if line.key and is_devn_key(line.key):
+            dev = parse_devn(line.key, line.value, i)
+            node = devices.resolve(dev.path, facts) if dev else None
+            if node is not None:
+                access = "r" if dev.options.get("deny-write") == "1" else "rw"
+                items.append(("lxc.cgroup2.devices.allow", f"{node.kind} {node.major}:{node.minor} {access}", f"pct:{line.key}"))
+    if cfg.get("console") == "0":
+        items.append(("lxc.cgroup2.devices.deny", "c 5:1 rwm", "pct:console"))
+    return items, unprivileged
+
+
+def effective(cfg: CtConfig, facts: HostFacts, load: Loader) -> Effective:
+    name = posixpath.basename(cfg.path) or "config"
+    own = [(ln.key, ln.value, f"{name}:{i + 1}") for i, ln in cfg.main() if ln.key is not None]
+    unprivileged = False
+    if cfg.flavor == "pve":
+        generated, unprivileged = _pve_generated(cfg, facts, load)
+        raw = [item for item in own if item[0].startswith("lxc.")]
+        items = _expand(generated, load, lxcdefaults.PVE_BUILTIN) + _expand(raw, load, lxcdefaults.PVE_BUILTIN)
+    else:
+        items = _expand(own, load, lxcdefaults.BUILTIN)
+        unprivileged = any(k == "lxc.idmap" for k, _, _ in items)
+
+    def resolve_path(path: str):
+        node = devices.resolve(path, facts)
+        return (node.kind, node.major, node.minor) if node else None
+
+    ruleset = RuleSet.replay(
+        [(k.rsplit(".", 1)[1], v, o) for k, v, o in items if k in V2_KEYS], resolve_path
+    )
+
+    line_of = {f"{name}:{i + 1}": i for i, ln in cfg.main()}
+    mounts = tuple(
+        m for k, v, o in items if k == MOUNT_KEY
+        if (m := parse_mount(v, line_of.get(o), o)) is not None
+    )
+    devn = tuple(
+        d for i, ln in cfg.main()
+        if ln.key and cfg.flavor == "pve" and is_devn_key(ln.key)
+        if (d := parse_devn(ln.key, ln.value, i)) is not None
+    )
+    own_rules = []
+    for i, ln in cfg.main():
+        if ln.key in V2_KEYS or ln.key in V1_KEYS:
+            try:
+                rule = devices.parse_rule(ln.value, allow=ln.key.endswith("allow")) if ln.value.strip() else None
+            except devices.RuleError:
+                rule = None
+            own_rules.append(OwnRule(i, ln.key, ln.value, rule))
+    return Effective(
+        ruleset=ruleset,
+        mounts=mounts,
+        devn=devn,
+        own_rules=tuple(own_rules),
+        given=tuple(_given(mounts, devn, facts)),
+        unprivileged=unprivileged,
+        lock=cfg.get("lock") if cfg.flavor == "pve" else None,
+        lines=tuple(items),
+    )
+
+
+def _given(mounts, devn, facts: HostFacts) -> list[Given]:
+    out: list[Given] = []
+    for m in mounts:
+        if not m.is_bind or not m.source.startswith("/dev/") or m.index is None:
+            continue
+        catalog = devices.lookup(m.source, facts)
+        node = devices.resolve(m.source, facts)
+        is_dir = "create=dir" in m.options or any(m.source == d for p in devices.CATALOG for d in p.dirs)
+        if is_dir and node is None:
+            for sub in devices.nodes_under(m.source, facts):
+                rel = sub.path[len(m.source.rstrip("/")):]
+                hit = devices.lookup(sub.path, facts)
+                out.append(Given(sub.path, m.target.rstrip("/") + rel, "mount", sub, m.index, m.optional,
+                                 hit.profile.name if hit else None, from_dir=m.source))
+            continue
+        if node is None and catalog is None and not facts.nodes_known:
+            continue  # a path we know nothing about, on a host snapshot without dev/
+        out.append(Given(m.source, m.target, "mount", node, m.index, m.optional,
+                         catalog.profile.name if catalog else None))
+    for d in devn:
+        catalog = devices.lookup(d.path, facts)
+        out.append(Given(d.path, d.path.lstrip("/"), "devn", devices.resolve(d.path, facts), d.index, False,
+                         catalog.profile.name if catalog else None))
+    return out

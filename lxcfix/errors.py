@@ -1,0 +1,64 @@
+"""The exception tree and the exit codes (ARCHITECTURE.md, "Exit codes")."""
+
+from __future__ import annotations
+
+import enum
+
+
+class ExitCode(enum.IntEnum):
+    CLEAN = 0
+    PENDING = 1
+    USAGE = 2
+    UNREACHABLE = 3
+    ROLLED_BACK = 4
+    ROLLBACK_FAILED = 5
+
+
+class LxcfixError(Exception):
+    """Base: carries the exit code the CLI turns it into."""
+
+    exit_code: ExitCode = ExitCode.USAGE
+
+
+class BadInput(LxcfixError):
+    """Usage error or bad input: one clear line, exit 2, nothing changed."""
+
+    exit_code = ExitCode.USAGE
+
+
+class ConfigError(BadInput):
+    """A config file that cannot be read or parsed."""
+
+
+class Refused(BadInput):
+    """apply refuses (lock:, no --yes off a terminal, digest moved): nothing changed."""
+
+
+class Unreachable(LxcfixError):
+    """Host or container could not be reached, or its facts could not be read."""
+
+    exit_code = ExitCode.UNREACHABLE
+
+
+class CommandFailed(LxcfixError):
+    """Result.check() on a non-zero exit."""
+
+    exit_code = ExitCode.UNREACHABLE
+
+    def __init__(self, argv, result):
+        self.argv = list(argv)
+        self.result = result
+        tail = (result.stderr or result.stdout).strip().splitlines()[-1:] or [""]
+        super().__init__(f"{argv[0]} exited {result.rc}: {tail[0]}")
+
+
+class ApplyFailed(LxcfixError):
+    """The change failed and was rolled back."""
+
+    exit_code = ExitCode.ROLLED_BACK
+
+
+class RollbackFailed(LxcfixError):
+    """The rollback failed too: the message says exactly what state things are in."""
+
+    exit_code = ExitCode.ROLLBACK_FAILED

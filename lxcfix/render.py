@@ -1,0 +1,81 @@
+"""Fix lines from jinja2 templates (templates/fix/<style>.j2, or
+<profile>.<style>.j2 when a profile needs its own).
+
+    render("numeric", "nvidia-uvm", rules=[RuleGroup("c", 511, 0, True, nodes)], mounts=[])
+        == [("lxc.cgroup2.devices.allow", "c 511:* rwm")]
+
+Every rendered allow rule is checked again here: an over-broad rule
+(`a`, `*:*`, a block wildcard, a wildcard minor on a shared major) is a bug,
+never output.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from importlib import resources
+
+import jinja2
+
+from . import devices
+
+
+@dataclass(frozen=True)
+class RuleGroup:
+    """Nodes one rule covers: one major, and one minor unless wildcard."""
+
+    kind: str
+    major: int
+    minor: int
+    wildcard: bool
+    nodes: tuple
+
+
+class RenderError(RuntimeError):
+    pass
+
+
+def _load(name: str):
+    try:
+        text = resources.files("lxcfix.templates").joinpath(name).read_text()
+    except (FileNotFoundError, OSError):
+        return None
+    return text, None, lambda: True
+
+
+@functools.lru_cache(maxsize=1)
+def environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FunctionLoader(_load),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
+
+
+def template_text(name: str) -> str:
+    found = _load(name)
+    if found is None:
+        raise RenderError(f"template {name} is missing from the installed package")
+    return found[0]
+
+
+def render(style: str, profile: str | None = None, **data) -> list[tuple[str, str]]:
+    env = environment()
+    names = ([f"fix/{profile}.{style}.j2"] if profile else []) + [f"fix/{style}.j2"]
+    template = env.select_template(names)
+    lines = []
+    for line in template.render(**data).splitlines():
+        if not line.strip():
+            continue
+        key, sep, value = line.partition(" = ")
+        if not sep:
+            raise RenderError(f"template {template.name} rendered a line without ' = ': {line!r}")
+        if key in ("lxc.cgroup2.devices.allow", "lxc.cgroup.devices.allow"):
+            why = devices.is_overbroad(devices.parse_rule(value))
+            if why:
+                raise RenderError(f"refusing to emit {value!r}: {why}")
+        lines.append((key.strip(), value.strip()))
+    return lines

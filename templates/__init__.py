@@ -1,0 +1,1 @@
+"""jinja2 templates, shipped inside the package as `lxcfix.templates`."""

@@ -1,0 +1,150 @@
+# lxcfix in-container probe. It reads; it never creates, changes or removes a file.
+# Run as: sh -c "$SCRIPT" lxcfix-probe /dev/x /dev/y ...  (busybox sh, dash, bash)
+# The paths arrive as arguments: nothing from a config is pasted into this text.
+# Output, one fact a line (lxcfix.probe.parse reads it):
+#   lxcfix-probe 1
+#   node <path> exists=0|1 char=0|1 major=N|- minor=N|- open=ok|EPERM|EACCES|ENXIO|ENOENT|ENODEV|...
+#   gpu skipped <why>                 (GPU calls left out: they could have created device nodes)
+#   nvidia_smi rc=N                   then "nvidia_smi_out <line>" for each line nvidia-smi -L printed
+#   driver <version> <where seen>     container userspace driver
+#   cuinit <code>                     cuInit(0) via python3 + ctypes
+#   end
+
+have() { command -v "$1" >/dev/null 2>&1; }
+T=
+have timeout && T="timeout 15"
+echo "lxcfix-probe 1"
+
+# One node in python3: stat() and open(O_RDWR|O_NOCTTY|O_NONBLOCK), never O_CREAT.
+PY_NODES='
+import errno, os, stat, sys
+for p in sys.argv[1:]:
+    e, c, mj, mn = 0, 0, "-", "-"
+    try:
+        st = os.stat(p)
+    except OSError as x:
+        o = errno.errorcode.get(x.errno, "other")
+    else:
+        e, c = 1, int(stat.S_ISCHR(st.st_mode))
+        if c or stat.S_ISBLK(st.st_mode):
+            mj, mn = os.major(st.st_rdev), os.minor(st.st_rdev)
+        try:
+            os.close(os.open(p, os.O_RDWR | os.O_NOCTTY | os.O_NONBLOCK))
+            o = "ok"
+        except OSError as x:
+            o = errno.errorcode.get(x.errno, "other")
+    print("node %s exists=%d char=%d major=%s minor=%s open=%s" % (p, e, c, mj, mn, o))
+'
+
+# The same without python3. Only an existing path is opened: "<>" would create a missing one.
+open_rw() {
+    if err=$( { $T sh -c 'exec 3<>"$1"' lxcfix-open "$1"; } 2>&1 ); then echo ok; return; fi
+    case $err in
+        *"Operation not permitted") echo EPERM ;;
+        *"Permission denied") echo EACCES ;;
+        *"No such device or address") echo ENXIO ;;
+        *"No such device") echo ENODEV ;;
+        *"No such file or directory") echo ENOENT ;;
+        *"Is a directory") echo EISDIR ;;
+        *) echo other ;;
+    esac
+}
+node_sh() {
+    e=0 c=0 mj=- mn=- o=ENOENT
+    if [ -e "$1" ]; then
+        e=1
+        [ -c "$1" ] && c=1
+        if [ -c "$1" ] || [ -b "$1" ]; then
+            set -- "$1" $(stat -L -c '%t %T' "$1" 2>/dev/null)
+            case "$2:$3" in *[!0-9a-f:]* | :* | *:) ;; *) mj=$((0x$2)) mn=$((0x$3)) ;; esac
+        fi
+        o=$(open_rw "$1")
+    fi
+    printf 'node %s exists=%s char=%s major=%s minor=%s open=%s\n' "$1" "$e" "$c" "$mj" "$mn" "$o"
+}
+
+if have python3 && python3 -I -B -c "$PY_NODES" "$@" 2>/dev/null; then :; else
+    for p in "$@"; do node_sh "$p"; done
+fi
+
+# GPU calls. Run as root, libcuda and NVML create, replace or chmod any NVIDIA node they
+# find missing or "wrong" (measured: cuInit re-created a missing /dev/nvidia-uvm and replaced a
+# regular file there; nvidia-smi -L re-created /dev/nvidia0 and /dev/nvidia-caps/*). So they run
+# only when every node the driver wants is already right, or the driver may not touch nodes.
+N=/proc/driver/nvidia
+param() {  # param KEY FILE: the value of a "Key: value" line
+    while IFS=: read -r k v; do [ "$k" = "$1" ] && { echo $v; return; }; done < "$2"
+}
+chrmajor() {  # chrmajor NAME: its major in /proc/devices
+    while read -r m name; do [ "$name" = "$1" ] && { echo "$m"; return; }; done < /proc/devices
+}
+isnum() { case $1 in '' | *[!0-9]*) return 1 ;; esac; }
+ishex() { case $1 in '' | *[!0-9a-f]*) return 1 ;; esac; }
+want() {  # want PATH MAJOR MINOR MODE: print PATH unless it already is that char device, mode, owner
+    isnum "$2" && isnum "$3" || { echo "$1"; return; }
+    set -- "$1" "$2:$3" "$(printf %o "$4" 2>/dev/null)" $(stat -L -c '%f %t %T %a %u %g' "$1" 2>/dev/null)
+    ishex "$4" && ishex "$5" && ishex "$6" && [ $((0x$4 & 0170000)) = 8192 ] &&
+        [ "$2" = "$((0x$5)):$((0x$6))" ] || { echo "$1"; return; }
+    [ "$8" = "$OVERFLOW" ] || [ "$7 $8 $9" = "$3 $UID0 $GID0" ] || echo "$1"  # unmapped owner: chmod fails
+}
+gpu_blocker() {  # the first node the driver would change, or nothing
+    [ -r $N/params ] || { echo "$N/params unreadable"; return; }
+    [ "$(param ModifyDeviceFiles $N/params)" = 0 ] && return
+    MODE=$(param DeviceFileMode $N/params) UID0=$(param DeviceFileUID $N/params)
+    GID0=$(param DeviceFileGID $N/params) OVERFLOW=$(cat /proc/sys/kernel/overflowuid 2>/dev/null)
+    uvm=$(chrmajor nvidia-uvm) caps=$(chrmajor nvidia-caps)
+    {
+        want /dev/nvidiactl 195 255 "$MODE"
+        for f in $N/gpus/*/information; do
+            [ -f "$f" ] || continue
+            m=$(param 'Device Minor' "$f"); want "/dev/nvidia$m" 195 "$m" "$MODE"
+        done
+        if [ -n "$uvm" ]; then want /dev/nvidia-uvm "$uvm" 0 "$MODE"; want /dev/nvidia-uvm-tools "$uvm" 1 "$MODE"; fi
+        for f in $N/capabilities/mig/* $N/capabilities/gpu*/mig/gi*/access $N/capabilities/gpu*/mig/gi*/ci*/access; do
+            [ -f "$f" ] && [ "$(param DeviceFileModify "$f")" != 0 ] || continue
+            m=$(param DeviceFileMinor "$f"); want "/dev/nvidia-caps/nvidia-cap$m" "$caps" "$m" "$(param DeviceFileMode "$f")"
+        done
+    } | { read -r first; echo "$first"; }
+}
+
+PY_CUINIT='
+import ctypes
+try:
+    cuda = ctypes.CDLL("libcuda.so.1")
+except OSError:
+    raise SystemExit(0)
+print("cuinit %d" % cuda.cuInit(0))
+'
+
+blocker=
+if ! have nvidia-smi && ! [ -d $N ]; then
+    blocker="no NVIDIA driver"  # nothing to call; not reported
+elif blocker=$(gpu_blocker 2>/dev/null) && [ -n "$blocker" ]; then
+    printf 'gpu skipped %s\n' "$blocker"
+else
+    if have nvidia-smi; then
+        out=$($T nvidia-smi -L 2>&1)
+        echo "nvidia_smi rc=$?"
+        [ -n "$out" ] && printf '%s\n' "$out" | while IFS= read -r l; do printf 'nvidia_smi_out %s\n' "$l"; done
+    fi
+    # CUDA writes a JIT cache under $HOME/.nv at cuInit: point it nowhere writable.
+    have python3 && CUDA_CACHE_DISABLE=1 CUDA_CACHE_PATH=/proc/lxcfix-nocache $T python3 -I -B -c "$PY_CUINIT" 2>/dev/null
+fi
+
+# The container's userspace driver version: the file libcuda.so.1 / libnvidia-ml.so.1 lead to
+# (what the loader opens), else any real libcuda.so.<version> file.
+driver=
+for d in /usr/lib/x86_64-linux-gnu /usr/lib/aarch64-linux-gnu /usr/lib64 /usr/lib /lib64 /lib \
+         /usr/local/nvidia/lib64 /usr/lib/x86_64-linux-gnu/nvidia/current; do
+    for f in "$d/libcuda.so.1" "$d/libnvidia-ml.so.1" "$d"/libcuda.so.*.* "$d"/libnvidia-ml.so.*.*; do
+        [ -L "$f" ] && f=$(readlink -f "$f" 2>/dev/null)
+        case ${f##*/} in lib*.so.[0-9]*.[0-9]*) [ -f "$f" ] && { driver="${f##*.so.} $f"; break 2; } ;; esac
+    done
+done
+if [ -z "$driver" ] && [ -z "$blocker" ] && have nvidia-smi; then
+    v=$($T nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null) && v=${v%%[!0-9.]*}
+    case $v in [0-9]*) driver="$v nvidia-smi" ;; esac
+fi
+[ -n "$driver" ] && printf 'driver %s\n' "$driver"
+
+echo end

@@ -1,0 +1,63 @@
+"""Shared helpers for the unit tier: pure code fed data."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lxcfix import ctconfig, gather
+from lxcfix.devices import parse_proc_devices
+from lxcfix.model import HostFacts
+from lxcfix.rules import Context
+
+REPO = Path(__file__).resolve().parents[2]
+SHARED = REPO.parent / "shared"
+CORPUS = SHARED / "corpus" / "public"
+EXAMPLES = REPO / "examples"
+
+PROC_DEVICES = """Character devices:
+  1 mem
+  5 /dev/tty
+ 10 misc
+136 pts
+195 nvidia
+195 nvidiactl
+226 drm
+238 nvidia-caps
+511 nvidia-uvm
+
+Block devices:
+  8 sd
+"""
+
+
+def make_facts(proc_devices: str = PROC_DEVICES, backend: str = "pve", layout: str = "v2",
+               pve_version: str | None = None, lxc_version: str | None = None, nodes=None) -> HostFacts:
+    char, block = parse_proc_devices(proc_devices)
+    return HostFacts(host="testhost", backend=backend, char_majors=char, block_majors=block,
+                     nodes=nodes or {}, nodes_known=nodes is not None, cgroup_layout=layout,
+                     pve_version=pve_version, lxc_version=lxc_version)
+
+
+def no_includes(path):
+    return None  # built-in LXC defaults stand in
+
+
+def make_ctx(text: str | bytes, flavor: str = "pve", facts: HostFacts | None = None, ct: str = "200") -> Context:
+    raw = text.encode() if isinstance(text, str) else text
+    path = f"/etc/pve/lxc/{ct}.conf" if flavor == "pve" else f"/var/lib/lxc/{ct}/config"
+    cfg = ctconfig.parse(raw, flavor, path)
+    facts = facts or make_facts(backend=flavor)
+    return gather.context(facts, gather.Loaded(ct, path, cfg), no_includes)
+
+
+def codes(findings) -> list[str]:
+    return sorted(f.code for f in findings)
+
+
+@pytest.fixture
+def corpus_files() -> list[Path]:
+    files = sorted(CORPUS.glob("*/*.conf"))
+    assert len(files) == 69, f"expected the 69 corpus configs under {CORPUS}"
+    return files

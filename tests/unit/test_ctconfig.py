@@ -1,0 +1,117 @@
+"""Config model: byte-exact round trips, main-section-only edits."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings, strategies as st
+
+from lxcfix import ctconfig
+
+from .conftest import CORPUS
+
+
+def flavor_of(path) -> str:
+    return "pve" if path.parent.name == "pve" else "lxc"
+
+
+def test_every_corpus_config_round_trips(corpus_files):
+    for path in corpus_files:
+        raw = path.read_bytes()
+        cfg = ctconfig.parse(raw, flavor_of(path), str(path))
+        assert ctconfig.serialize(cfg) == raw, path.name
+        assert cfg.digest == ctconfig.digest(raw)
+
+
+def test_only_the_pasted_editor_title_is_unparsable(corpus_files):
+    bad = {p.name: ctconfig.parse(p.read_bytes(), flavor_of(p)).bad_lines() for p in corpus_files}
+    assert {k: [n for n, _ in v] for k, v in bad.items() if v} == {"bpaludo-frigate-101.conf": [1]}
+
+
+def test_corpus_sections_are_found():
+    cfg = ctconfig.parse((CORPUS / "pve" / "pvetest-rollback-101.conf").read_bytes(), "pve")
+    assert cfg.sections() == ["test"]
+    assert cfg.get("hostname") == "test"  # main section only, not the snapshot's "test2"
+
+
+def test_pve_key_forms():
+    cfg = ctconfig.parse(b"arch: amd64\nlxc.cgroup2.devices.allow = c 195:* rwm\n"
+                         b"lxc.mount.entry:/dev/fuse dev/fuse none bind 0 0\n  # note\n", "pve")
+    assert cfg.items() == [("arch", "amd64"), ("lxc.cgroup2.devices.allow", "c 195:* rwm"),
+                           ("lxc.mount.entry", "/dev/fuse dev/fuse none bind 0 0")]
+
+
+def test_lxc_rejects_proxmox_form():
+    cfg = ctconfig.parse(b"lxc.arch = x86_64\narch: amd64\n", "lxc")
+    assert cfg.bad_lines() == [(2, "arch: amd64")]
+
+
+def test_duplicates_kept_in_order():
+    cfg = ctconfig.parse(b"lxc.cgroup2.devices.allow: c 1:1 r\nlxc.cgroup2.devices.allow: c 1:2 r\n", "pve")
+    assert cfg.values("lxc.cgroup2.devices.allow") == ["c 1:1 r", "c 1:2 r"]
+
+
+def test_add_goes_after_lines_of_its_kind_and_keeps_snapshots():
+    raw = (b"arch: amd64\nlxc.cgroup2.devices.allow: c 195:* rwm\nlxc.mount.entry: a b none bind\n"
+           b"\n[snap]\nlxc.cgroup2.devices.allow: c 508:* rwm\n")
+    cfg = ctconfig.parse(raw, "pve")
+    out = ctconfig.add(cfg, "lxc.cgroup2.devices.allow", "c 511:* rwm")
+    assert out.raw == (b"arch: amd64\nlxc.cgroup2.devices.allow: c 195:* rwm\n"
+                       b"lxc.cgroup2.devices.allow: c 511:* rwm\nlxc.mount.entry: a b none bind\n"
+                       b"\n[snap]\nlxc.cgroup2.devices.allow: c 508:* rwm\n")
+
+
+def test_add_without_anchor_goes_before_the_blank_line_of_a_snapshot():
+    cfg = ctconfig.parse(b"arch: amd64\n\n[snap]\narch: i386\n", "pve")
+    out = ctconfig.add(cfg, "dev0", "/dev/net/tun")
+    assert out.raw == b"arch: amd64\ndev0: /dev/net/tun\n\n[snap]\narch: i386\n"
+
+
+def test_add_keeps_crlf_and_mends_missing_final_newline():
+    cfg = ctconfig.parse(b"lxc.arch = x86_64\r\nlxc.uts.name = a", "lxc")
+    out = ctconfig.add(cfg, "lxc.cgroup2.devices.allow", "c 10:200 rwm")
+    assert out.raw == b"lxc.arch = x86_64\r\nlxc.uts.name = a\r\nlxc.cgroup2.devices.allow = c 10:200 rwm\r\n"
+
+
+def test_set_value_keeps_line_ending_and_refuses_snapshot_lines():
+    cfg = ctconfig.parse(b"a: 1\r\n[s]\nb: 2\n", "pve")
+    assert ctconfig.set_value(cfg, 0, "a", "3").raw == b"a: 3\r\n[s]\nb: 2\n"
+    try:
+        ctconfig.set_value(cfg, 2, "b", "3")
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("edited a snapshot line")
+
+
+# ---- property tests
+
+line = st.one_of(
+    st.sampled_from([b"arch: amd64", b"lxc.cgroup2.devices.allow: c 195:* rwm", b"lxc.mount.entry = /dev/x dev/x none bind",
+                     b"# comment", b"", b"   ", b"\tkey:\tvalue\t", b"[snap]", b"[pve:pending]", b"dev0: /dev/dri/card0",
+                     b"lxc.include = /usr/share/lxc/config/common.conf", b"garbage line", b"lock: backup"]),
+    st.binary(max_size=40).map(lambda b: b.replace(b"\n", b"")),
+)
+ending = st.sampled_from([b"\n", b"\r\n", b"\r", b""])
+
+
+@st.composite
+def config_bytes(draw) -> bytes:
+    parts = draw(st.lists(st.tuples(line, ending), max_size=25))
+    return b"".join(l + e for l, e in parts)
+
+
+@settings(max_examples=400, deadline=None)
+@given(config_bytes(), st.sampled_from(["pve", "lxc"]))
+def test_round_trip_any_bytes(raw, flavor):
+    assert ctconfig.serialize(ctconfig.parse(raw, flavor)) == raw
+
+
+@settings(max_examples=300, deadline=None)
+@given(config_bytes(), st.sampled_from(["pve", "lxc"]))
+def test_edits_never_touch_other_sections(raw, flavor):
+    cfg = ctconfig.parse(raw, flavor)
+    out = ctconfig.add(cfg, "lxc.cgroup2.devices.allow", "c 10:200 rwm")
+    rest = lambda c: [l.raw for l in c.lines if l.section is not ctconfig.MAIN]
+    assert rest(out) == rest(cfg)
+    again = ctconfig.parse(out.raw, flavor)
+    assert ("lxc.cgroup2.devices.allow", "c 10:200 rwm") in again.items()
+    assert ctconfig.serialize(again) == out.raw

@@ -1,0 +1,172 @@
+"""Plans: minimal, correct, stable (plan, apply, plan again: nothing), never over-broad."""
+
+from __future__ import annotations
+
+import pytest
+
+from lxcfix import ctconfig, devices, gather
+from lxcfix.backends import Lxc, Proxmox
+from lxcfix.errors import BadInput
+from lxcfix.plan import make_plan
+from lxcfix.transport import RootDir
+
+from .conftest import CORPUS, EXAMPLES, make_ctx, make_facts
+from .test_rules import GPU, TUN
+
+STYLES = ["numeric", "path", "devn"]
+
+
+def added(plan) -> list[str]:
+    return [l[1:] for l in plan.diff().splitlines() if l.startswith("+") and not l.startswith("+++")]
+
+
+def removed(plan) -> list[str]:
+    return [l[1:] for l in plan.diff().splitlines() if l.startswith("-") and not l.startswith("---")]
+
+
+def replan(plan, flavor="pve", facts=None):
+    return make_plan(make_ctx(plan.after, flavor=flavor, facts=facts), plan.style)
+
+
+def test_stale_major_numeric_moves_the_rule_in_place():
+    plan = make_plan(make_ctx(GPU), "numeric")
+    assert removed(plan) == ["lxc.cgroup2.devices.allow: c 508:* rwm"]
+    assert added(plan) == ["lxc.cgroup2.devices.allow: c 511:* rwm"]
+    assert plan.after.index(b"c 511:* rwm") == GPU.encode().index(b"c 508:* rwm")
+    assert replan(plan).is_empty
+
+
+def test_stale_major_devn_replaces_rule_and_mounts_with_devn_entries():
+    plan = make_plan(make_ctx(GPU), "devn")
+    assert added(plan) == ["dev0: /dev/nvidia-uvm", "dev1: /dev/nvidia-uvm-tools"]
+    assert removed(plan) == [
+        "lxc.cgroup2.devices.allow: c 508:* rwm",
+        "lxc.mount.entry: /dev/nvidia-uvm dev/nvidia-uvm none bind,optional,create=file",
+        "lxc.mount.entry: /dev/nvidia-uvm-tools dev/nvidia-uvm-tools none bind,optional,create=file",
+    ]
+    assert replan(plan).is_empty
+
+
+def test_stale_major_path_style():
+    plan = make_plan(make_ctx(GPU), "path")
+    assert added(plan) == ["lxc.cgroup2.devices.allow: /dev/nvidia-uvm rwm",
+                           "lxc.cgroup2.devices.allow: /dev/nvidia-uvm-tools rwm"]
+    assert replan(plan).is_empty
+
+
+def test_tun_gets_its_exact_minor_never_10_star():
+    plan = make_plan(make_ctx(TUN), "numeric")
+    assert added(plan) == ["lxc.cgroup2.devices.allow: c 10:200 rwm"]
+    assert replan(plan).is_empty
+
+
+def test_tun_devn_and_path():
+    assert added(make_plan(make_ctx(TUN), "devn")) == ["dev0: /dev/net/tun"]
+    assert added(make_plan(make_ctx(TUN), "path")) == ["lxc.cgroup2.devices.allow: /dev/net/tun rwm"]
+
+
+def test_devn_numbers_after_existing_entries():
+    plan = make_plan(make_ctx("dev3: /dev/dri/renderD128\n" + TUN), "devn")
+    assert added(plan) == ["dev4: /dev/net/tun"]
+
+
+def test_v1_keys_become_v2_in_place_but_never_an_allow_all():
+    text = "lxc.cgroup.devices.allow: c 10:200 rwm\nlxc.cgroup.devices.allow: a\n" + TUN
+    plan = make_plan(make_ctx(text), "numeric")
+    assert removed(plan) == ["lxc.cgroup.devices.allow: c 10:200 rwm"]
+    assert added(plan) == ["lxc.cgroup2.devices.allow: c 10:200 rwm"]
+    assert replan(plan).is_empty
+
+
+def test_allowed_not_passed_gets_mount_entries():
+    plan = make_plan(make_ctx("arch: amd64\nlxc.cgroup2.devices.allow: c 226:* rwm\n"), "numeric")
+    assert added(plan) == [
+        "lxc.mount.entry: /dev/dri/card0 dev/dri/card0 none bind,optional,create=file",
+        "lxc.mount.entry: /dev/dri/renderD128 dev/dri/renderD128 none bind,optional,create=file",
+    ]
+    assert replan(plan).is_empty
+
+
+def test_plain_lxc_lines_use_equals():
+    text = "lxc.include = /usr/share/lxc/config/common.conf\nlxc.mount.entry = /dev/net/tun dev/net/tun none bind,create=file 0 0\n"
+    facts = make_facts(backend="lxc")
+    plan = make_plan(make_ctx(text, flavor="lxc", facts=facts), "numeric")
+    assert added(plan) == ["lxc.cgroup2.devices.allow = c 10:200 rwm"]
+
+
+def test_devn_style_on_plain_lxc_is_bad_input():
+    with pytest.raises(BadInput):
+        make_plan(make_ctx("lxc.arch = x\n", flavor="lxc", facts=make_facts(backend="lxc")), "devn")
+    with pytest.raises(BadInput):
+        make_plan(make_ctx(TUN), "bogus")
+
+
+@pytest.mark.parametrize("pve,lxc,flavor,style", [
+    ("8.3.0", None, "pve", "devn"), ("8.0.4", None, "pve", "path"), (None, "5.0.2", "lxc", "path"),
+    (None, None, "pve", "numeric"), (None, None, "lxc", "numeric"),
+])
+def test_auto_style(pve, lxc, flavor, style):
+    facts = make_facts(backend=flavor, pve_version=pve, lxc_version=lxc)
+    text = TUN if flavor == "pve" else "lxc.arch = x\n"
+    plan = make_plan(make_ctx(text, flavor=flavor, facts=facts), "auto")
+    assert plan.style == style and plan.style_reason
+
+
+def test_snapshot_sections_stay_byte_identical():
+    raw = GPU + "\n[snap1]\n" + GPU + "\n[pve:pending]\n" + TUN
+    for style in STYLES:
+        plan = make_plan(make_ctx(raw), style)
+        tail = lambda b: b[b.index(b"[snap1]"):]
+        assert tail(plan.after) == tail(raw.encode())
+
+
+# ---- every fixture we have: stable and never over-broad
+
+
+def example_contexts():
+    for snap in sorted(EXAMPLES.iterdir()):
+        if not snap.is_dir():
+            continue
+        t = RootDir(str(snap))
+        backend = Proxmox(pve_dir="/etc/pve") if t.isdir("/etc/pve") else Lxc(lxcpath="/var/lib/lxc")
+        facts = gather.host_facts(t, backend)
+        loader = gather.include_loader(t)
+        for ct, path in backend.list(t).items():
+            yield f"{snap.name}/{ct}", gather.context(facts, gather.load_container(t, backend, ct, path), loader)
+
+
+def corpus_contexts():
+    facts = {f: make_facts(backend=f) for f in ("pve", "lxc")}
+    for path in sorted(CORPUS.glob("*/*.conf")):
+        flavor = "pve" if path.parent.name == "pve" else "lxc"
+        yield f"corpus/{path.name}", make_ctx(path.read_bytes(), flavor=flavor, facts=facts[flavor])
+
+
+ALL = list(example_contexts()) + list(corpus_contexts())
+
+
+@pytest.mark.parametrize("name,ctx", ALL, ids=[n for n, _ in ALL])
+def test_plan_is_stable_and_safe_in_every_style(name, ctx):
+    for style in STYLES:
+        if style == "devn" and ctx.config.flavor != "pve":
+            continue
+        plan = make_plan(ctx, style)
+        cfg = ctconfig.parse(plan.after, ctx.config.flavor, ctx.config.path)
+        again = make_plan(gather.context(ctx.facts, gather.Loaded(ctx.ct, ctx.config.path, cfg),
+                                         lambda p: None), style)
+        assert again.is_empty, f"{name} {style}: second plan not empty\n{again.diff()}"
+        for line in added(plan):
+            key, _, value = line.replace(" = ", ": ", 1).partition(": ")
+            if "devices.allow" in key:
+                assert not devices.is_overbroad(devices.parse_rule(value)), f"{name}: emitted {line}"
+        rest = lambda b: [l.raw for l in ctconfig.parse(b, ctx.config.flavor).lines if l.section is not None]
+        assert rest(plan.after) == rest(plan.before)
+
+
+def test_examples_have_the_documented_findings():
+    got = {name: sorted(f.code for f in make_plan(ctx).findings) for name, ctx in example_contexts()}
+    assert got == {
+        "lxc-healthy/vpn": [], "lxc-healthy/web": [],
+        "pve-gpu-host/200": ["LXF101"], "pve-gpu-host/201": ["LXF100"],
+        "pve-gpu-host/202": [], "pve-gpu-host/203": ["LXF120"],
+    }
