@@ -34,6 +34,38 @@ KEEP_BACKUPS = 20
 Verify = Callable[[], list[Finding]]
 
 
+def checkpoint(step: str) -> None:
+    """Fault injection for the tests that SIGKILL an apply at each step: with
+    LXCFIX_PAUSE_AT=<step> and LXCFIX_PAUSE_FILE=<path>, create the file and
+    wait while it exists (at most 60 s). A no-op otherwise."""
+    if os.environ.get("LXCFIX_PAUSE_AT") != step or not os.environ.get("LXCFIX_PAUSE_FILE"):
+        return
+    marker = os.environ["LXCFIX_PAUSE_FILE"]
+    with open(marker, "w") as f:
+        f.write(f"{os.getpid()} {step}\n")
+    deadline = time.monotonic() + 60
+    while os.path.exists(marker) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def remove_stale_temps(path: str) -> list[str]:
+    """Temp files an apply killed mid-write left beside the config."""
+    directory, name = os.path.split(path)
+    removed = []
+    try:
+        entries = os.listdir(directory or ".")
+    except OSError:
+        return removed
+    for entry in entries:
+        if not (entry.startswith(f".{name}.lxcfix-") and entry.endswith(".tmp")):
+            continue
+        pid = entry[len(f".{name}.lxcfix-"):-4]
+        if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+            os.unlink(os.path.join(directory, entry))
+            removed.append(entry)
+    return removed
+
+
 def default_state_dir(root: str | None) -> str:
     if os.environ.get("LXCFIX_STATE_DIR"):
         return os.environ["LXCFIX_STATE_DIR"]
@@ -83,6 +115,7 @@ def write_atomic(path: str, data: bytes, flavor: str, expect_digest: str | None 
             written = f.read()
         if written != data or ctconfig.serialize(ctconfig.parse(written, flavor)) != data:
             raise ApplyFailed(f"{tmp}: written bytes do not read back; nothing replaced")
+        checkpoint("temp-written")
         if expect_digest is not None:
             with open(path, "rb") as f:
                 now = ctconfig.digest(f.read())
@@ -231,22 +264,27 @@ class Applier:
             if ctconfig.digest(current) != plan.digest:
                 raise Refused(f"{plan.path} changed since it was planned; nothing written, re-run to re-plan")
             self.preflight(plan, replan)
+            remove_stale_temps(path)
+            checkpoint("locked")
             t, b = self.host.transport, self.host.backend
             was_running = restart and b is not None and b.status(t, self.ct) == "running"
             backup = self.backups.save(plan.before, plan.digest)
             base = dict(host=getattr(t, "name", "snapshot"), ct=self.ct, path=plan.path, backup=backup,
                         digest_before=plan.digest, digest_after=ctconfig.digest(plan.after), style=plan.style)
             self.journal.record(event="backup", **base)
+            checkpoint("backed-up")
             if before_write:
                 before_write(backup)
             write_atomic(path, plan.after, self.flavor, expect_digest=plan.digest)
             self.journal.record(event="written", **base)
+            checkpoint("written")
             step = "written"
             try:
                 if restart and b is not None:
                     step = "restart"
                     self._restart(was_running)
                     step = "restarted"
+                    checkpoint("restarted")
                 if verify is not None:
                     step = "verify"
                     problems = [f for f in verify() if f.severity == "error"]

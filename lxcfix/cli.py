@@ -19,13 +19,11 @@ from rich.table import Table
 from rich.text import Text
 
 from . import __version__, report
-from .apply import Applier, Host, default_state_dir
-from .backends import Lxc, Proxmox, detect
+from . import repair
+from .apply import default_state_dir
 from .errors import BadInput, ExitCode, LxcfixError
 from .gather import host_facts
-from .plan import STYLES, make_plan
-from .scan import HostReport, scan_host
-from .transport import Local, RootDir
+from .scan import HostReport
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -44,59 +42,6 @@ SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan", "ok"
 
 
 # ---- targets
-
-
-class Target:
-    """One host to work on: its transport, backend and (for --root) the path mapper."""
-
-    def __init__(self, transport, backend, root: str | None):
-        self.transport = transport
-        self.backend = backend
-        self.root = root
-
-    def local_path(self, path: str) -> str:
-        return self.transport.path(path) if self.root else path
-
-
-def _target(root: Optional[str], hosts: Optional[List[str]]) -> Target:
-    if root is not None:
-        if not os.path.isdir(root):
-            raise BadInput(f"--root {root}: no such directory")
-        t = RootDir(os.path.abspath(root), name=os.path.basename(os.path.abspath(root).rstrip("/")) or root)
-        if not (t.isdir("/etc/pve") or t.isdir("/var/lib/lxc")):
-            raise BadInput(f"--root {root}: not a host snapshot (no etc/pve or var/lib/lxc inside)")
-        pve = Proxmox(pve_dir="/etc/pve")
-        return Target(t, pve if t.isdir("/etc/pve") else Lxc(lxcpath="/var/lib/lxc"), root)
-    for h in hosts or []:
-        if h not in ("localhost", "local", "127.0.0.1"):
-            raise BadInput(f"--host {h}: remote hosts are reached through an inventory (not in this build)")
-    t = Local()
-    return Target(t, detect(t), None)
-
-
-def _cts(target: Target, cts: Optional[List[str]], listed: dict) -> list[str]:
-    for ct in cts or []:
-        target.backend.validate(ct)
-        if ct not in listed:
-            raise BadInput(f"no container {ct!r} on {target.transport.name} "
-                           f"(known: {', '.join(list(listed)[:10]) or 'none'})")
-    return list(cts) if cts else list(listed)
-
-
-def _scan(target: Target, cts, style: str = "auto") -> HostReport:
-    listed = target.backend.list(target.transport)
-    wanted = _cts(target, cts, listed)
-    if style not in STYLES:
-        raise BadInput(f"unknown --style {style!r}: use one of {', '.join(STYLES)}")
-    return scan_host(target.transport, target.backend, wanted, style)
-
-
-def _one(target: Target, ct: str, style: str = "auto"):
-    rep = _scan(target, [ct], style)
-    c = rep.containers[0]
-    if c.plan is None:
-        raise BadInput(f"CT {ct}: {c.error}")
-    return rep, c
 
 
 # ---- human output
@@ -187,8 +132,8 @@ def scan(
     if inventory is not None:
         raise BadInput("--inventory: fleet scans over SSH are not in this build")
     fmt = "json" if as_json else fmt
-    target = _target(root, host)
-    rep = _scan(target, ct, style)
+    target = repair.open_target(root, host)
+    rep = repair.scan(target, ct, style, probe=not no_probe)
     hosts = [rep]
     if fmt == "json":
         _json(report.document("scan", hosts))
@@ -215,12 +160,13 @@ def diagnose(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """One container in depth: findings with their evidence."""
-    target = _target(root, host)
-    rep, c = _one(target, ct)
+    target = repair.open_target(root, host)
+    rep, c = repair.one(target, ct, probe=True)
     if as_json:
         _json(report.document("diagnose", [HostReport(rep.host, rep.backend, rep.facts, (c,))]))
     else:
-        out.print(Text(f"CT {ct} on {rep.host}: {c.path}", style="bold"))
+        state = f" ({c.status})" if c.status else ""
+        out.print(Text(f"CT {ct}{state} on {rep.host}: {c.path}", style="bold"))
         if not c.findings:
             out.print(Text("no problems found", style="green"))
         _print_findings(c.findings, ct_label=False, evidence=True)
@@ -232,26 +178,13 @@ def plan(
     ct: str = CtOpt, host: Optional[List[str]] = HostOpt, root: Optional[str] = RootOpt, style: str = StyleOpt,
 ) -> None:
     """Print the fix as a unified diff of the config (nothing when there is nothing to do)."""
-    target = _target(root, host)
-    _, c = _one(target, ct, style)
+    target = repair.open_target(root, host)
+    _, c = repair.one(target, ct, style)
     err.print(Text(f"style: {c.plan.style} ({c.plan.style_reason})", style="dim"))
     if c.plan.is_empty:
         raise typer.Exit(ExitCode.CLEAN)
     _print_diff(c.plan.diff())
     raise typer.Exit(ExitCode.PENDING)
-
-
-def _replanner(target: Target, ct: str, style: str, facts, path: str):
-    from . import ctconfig, gather
-
-    loader = gather.include_loader(target.transport)
-
-    def replan(data: bytes):
-        cfg = ctconfig.parse(data, target.backend.flavor, path)
-        ctx = gather.context(facts, gather.Loaded(ct, path, cfg), loader)
-        return make_plan(ctx, style)
-
-    return replan
 
 
 @app.command()
@@ -263,10 +196,10 @@ def apply(
     style: str = StyleOpt,
 ) -> None:
     """Back up, write atomically, restart, verify; roll back on any failure."""
-    target = _target(root, host)
+    target = repair.open_target(root, host)
     if root is not None and not no_restart:
         raise BadInput("--root edits a snapshot: add --no-restart (there is no container to restart)")
-    rep, c = _one(target, ct, style)
+    rep, c = repair.one(target, ct, style)
     p = c.plan
     if p.is_empty:
         out.print(f"CT {ct}: nothing to change")
@@ -292,10 +225,7 @@ def apply(
             raise BadInput("not a terminal and no --yes: refusing to change anything (the diff is above)")
         if not typer.confirm(f"apply this change to CT {ct}?", default=False):
             raise BadInput("not confirmed; nothing changed")
-    applier = Applier(Host(target.local_path, target.transport, None if root else target.backend),
-                      ct, state, target.backend.flavor, lock_path=None if root else target.backend.lock_path(ct))
-    result = applier.apply(p, replan=_replanner(target, ct, style, rep.facts, p.path),
-                           restart=not no_restart)
+    result = repair.apply_plan(target, c, rep.facts, style, restart=not no_restart)
     out.print(Text(f"CT {ct}: applied ({result.step_reached}); backup {result.backup_path}", style="green"))
     raise typer.Exit(ExitCode.CLEAN)
 
@@ -307,13 +237,7 @@ def rollback(
     no_restart: bool = typer.Option(False, "--no-restart"),
 ) -> None:
     """Restore a backup taken by apply."""
-    target = _target(root, host)
-    listed = target.backend.list(target.transport)
-    _cts(target, [ct], listed)
-    applier = Applier(Host(target.local_path, target.transport, None if root else target.backend),
-                      ct, default_state_dir(root), target.backend.flavor,
-                      lock_path=None if root else target.backend.lock_path(ct))
-    result = applier.restore(listed[ct], to, restart=not (no_restart or root))
+    result = repair.rollback(repair.open_target(root, host), ct, to, restart=not no_restart)
     out.print(result.message)
     raise typer.Exit(ExitCode.CLEAN)
 
@@ -331,8 +255,8 @@ def audit(
         raise BadInput(f"unknown --for {for_!r}: use reboot or driver-upgrade")
     if inventory is not None:
         raise BadInput("--inventory: fleet audits over SSH are not in this build")
-    target = _target(root, host)
-    rep = _scan(target, None)
+    target = repair.open_target(root, host)
+    rep = repair.scan(target, None)
     codes = AUDIT_CODES[for_]
     kept = [
         type(c)(c.host, c.ct, c.path, tuple(f for f in c.findings if f.code in codes), c.plan, c.node)
@@ -358,7 +282,7 @@ def facts(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """What lxcfix knows about the host: majors, nodes, driver, cgroup layout."""
-    target = _target(root, host)
+    target = repair.open_target(root, host)
     f = host_facts(target.transport, target.backend)
     doc = report.facts_json(HostReport(f.host, f.backend, f))
     if as_json:

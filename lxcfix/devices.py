@@ -11,7 +11,7 @@ Pure: data in, data out.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Iterable, Literal, Mapping
 
 from .model import DeviceNode, DeviceRule, HostFacts
@@ -284,57 +284,38 @@ class SourcedRule:
 
 @dataclass(frozen=True)
 class RuleSet:
-    """The cgroup2 device list LXC would compile, after replaying the config lines.
+    """The cgroup2 device program LXC would attach, from the config's lines.
 
-    LXC semantics: `allow a` -> denylist mode, `deny a` -> allowlist mode, and
-    both clear the list; an empty value clears the list; a rule equal to one
-    already listed (same kind, numbers and access) updates it in place; the
-    program checks rules last line first; no match -> the mode's default.
-    The initial mode, before any `a`, is denylist (everything allowed).
+    Built by replaying the lines through bpf.LxcDeviceList, LXC 5.0's own list
+    semantics (checked against real programs): initial mode allowlist; the
+    bare value `a` picks the mode and empties the list; an empty value empties
+    the list and keeps the mode; a rule equal to a listed one (access compared
+    as written) flips or reuses it; only rules of the mode's polarity are
+    compiled; the program checks them last line first; an empty list at start
+    attaches no program, so everything is allowed.
     """
 
-    mode: Mode = "denylist"
-    rules: tuple[SourcedRule, ...] = ()
+    mode: Mode = "allowlist"
+    rules: tuple[SourcedRule, ...] = ()  # compiled rules, config order
     has_program: bool = False
 
     @staticmethod
     def replay(lines: Iterable[tuple[str, str] | tuple[str, str, str]], resolve_path=None) -> "RuleSet":
         """lines: (verb "allow"|"deny", value[, origin]).
         resolve_path(path) -> (kind, major, minor) | None, for path-form rules."""
-        mode: Mode = "denylist"
-        rules: list[SourcedRule] = []
-        program = False
+        from .bpf import LxcDeviceList
+
+        dl = LxcDeviceList()
         for item in lines:
             verb, value = item[0], item[1]
             origin = item[2] if len(item) > 2 else ""
             if not value.strip():
-                rules = []
-                mode = "denylist"
-                program = False
+                dl.entries = []
                 continue
-            try:
-                rule = parse_rule(value, allow=(verb == "allow"))
-            except RuleError:
-                continue  # LXC refuses to start on these; the config rule reports it
-            program = True
-            if rule.kind == "a":
-                mode = "denylist" if rule.allow else "allowlist"
-                rules = []
-                continue
-            if rule.path is not None:
-                hit = resolve_path(rule.path) if resolve_path else None
-                if hit is None:
-                    continue  # LXC logs an error and starts without it
-                kind, major, minor = hit
-                rule = DeviceRule(kind, major, minor, rule.access, path=rule.path, allow=rule.allow)
-            for i, cur in enumerate(rules):
-                r = cur.rule
-                if (r.kind, r.major, r.minor, r.access) == (rule.kind, rule.major, rule.minor, rule.access):
-                    rules[i] = SourcedRule(rule, origin)
-                    break
-            else:
-                rules.append(SourcedRule(rule, origin))
-        return RuleSet(mode, tuple(rules), program)
+            dl.add(verb == "allow", value.strip(), resolve_path, origin)
+        emitted = [e for e in reversed(dl.entries) if dl._emitted(e)]
+        rules = tuple(SourcedRule(e.rule(), e.origin) for e in emitted)
+        return RuleSet(dl.mode, rules, bool(dl.entries))
 
     def match(self, kind: str, major: int, minor: int, access: str = "rw") -> SourcedRule | None:
         """The rule that decides, or None when the default does."""

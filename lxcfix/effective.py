@@ -227,13 +227,24 @@ def effective(cfg: CtConfig, facts: HostFacts, load: Loader) -> Effective:
     )
 
 
+def _profile_name(catalog, node, facts) -> str | None:
+    if catalog is not None:
+        return catalog.profile.name
+    if node is not None and node.kind == "c":
+        profile = devices.profile_for_major(node.major, facts, node.minor)
+        return profile.name if profile else None
+    return None
+
+
 def _given(mounts, devn, facts: HostFacts) -> list[Given]:
     out: list[Given] = []
     for m in mounts:
-        if not m.is_bind or not m.source.startswith("/dev/") or m.index is None:
+        if not m.is_bind or m.index is None or not m.source.startswith("/"):
             continue
-        catalog = devices.lookup(m.source, facts)
         node = devices.resolve(m.source, facts)
+        if not m.source.startswith("/dev/") and node is None:
+            continue  # a file or directory, not a device node
+        catalog = devices.lookup(m.source, facts)
         is_dir = "create=dir" in m.options or any(m.source == d for p in devices.CATALOG for d in p.dirs)
         if is_dir and node is None:
             for sub in devices.nodes_under(m.source, facts):
@@ -244,8 +255,7 @@ def _given(mounts, devn, facts: HostFacts) -> list[Given]:
             continue
         if node is None and catalog is None and not facts.nodes_known:
             continue  # a path we know nothing about, on a host snapshot without dev/
-        out.append(Given(m.source, m.target, "mount", node, m.index, m.optional,
-                         catalog.profile.name if catalog else None))
+        out.append(Given(m.source, m.target, "mount", node, m.index, m.optional, _profile_name(catalog, node, facts)))
     for d in devn:
         catalog = devices.lookup(d.path, facts)
         out.append(Given(d.path, d.path.lstrip("/"), "devn", devices.resolve(d.path, facts), d.index, False,

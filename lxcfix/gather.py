@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import os
 import posixpath
 from dataclasses import dataclass
 from typing import Callable
@@ -17,7 +18,7 @@ from .ctconfig import CtConfig
 from .effective import effective
 from .model import DeviceNode, HostFacts
 from .rules import Context
-from .transport import Transport
+from .transport import Local, Transport
 
 
 def _read_text(t: Transport, path: str) -> str | None:
@@ -45,6 +46,10 @@ def _nodes(t: Transport) -> tuple[dict[str, DeviceNode], bool]:
 def host_facts(t: Transport, backend: Proxmox | Lxc) -> HostFacts:
     raw: dict[str, str] = {}
     proc_devices = _read_text(t, "/proc/devices") or ""
+    override = os.environ.get("LXCFIX_PROC_DEVICES")
+    if override and isinstance(t, Local):
+        # Tests (and reproducing another host's state): majors from this file instead.
+        proc_devices = _read_text(t, override) or ""
     raw["/proc/devices"] = proc_devices
     char, block = F.parse_proc_devices(proc_devices)
     nv = _read_text(t, "/proc/driver/nvidia/version")
@@ -72,6 +77,31 @@ def host_facts(t: Transport, backend: Proxmox | Lxc) -> HostFacts:
         lxc_version=lxc_version,
         raw=raw,
     )
+
+
+def source_nodes(t: Transport, paths: list[str]) -> dict[str, DeviceNode]:
+    """Device nodes at bind-mount sources outside /dev (walked already), stat()ed
+    through the transport: admins do pass nodes in from other directories."""
+    paths = sorted({p for p in paths if p.startswith("/") and not p.startswith("/dev/")})
+    if not paths:
+        return {}
+    local = getattr(t, "local_path", None) or getattr(t, "path", None)
+    if local is not None or isinstance(t, Local):
+        out = {}
+        for p in paths:
+            try:
+                st = os.stat(local(p) if local else p)
+            except OSError:
+                continue
+            if (n := F.node_from_stat(p, st)) is not None:
+                out[p] = n
+        return out
+    result = t.run(["stat", "-L", "-c", "%F|%t|%T|%f|%u|%g|%n", "--", *paths])
+    return F.parse_stat_lines(result.stdout)
+
+
+def mount_sources(cfg: CtConfig) -> list[str]:
+    return [v.split()[0] for k, v in cfg.items() if k == "lxc.mount.entry" and v.split()]
 
 
 def include_loader(t: Transport) -> Callable[[str], list[tuple[str, bytes]] | None]:

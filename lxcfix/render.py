@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from importlib import resources
+from pathlib import Path
 
 import jinja2
 
@@ -35,9 +36,18 @@ class RenderError(RuntimeError):
     pass
 
 
+def _templates():
+    """The installed `lxcfix.templates` package; in a source checkout that was
+    not installed, the top-level templates/ folder it is built from."""
+    try:
+        return resources.files("lxcfix.templates")
+    except ModuleNotFoundError:
+        return Path(__file__).resolve().parent.parent / "templates"
+
+
 def _load(name: str):
     try:
-        text = resources.files("lxcfix.templates").joinpath(name).read_text()
+        text = _templates().joinpath(name).read_text(encoding="utf-8")
     except (FileNotFoundError, OSError):
         return None
     return text, None, lambda: True

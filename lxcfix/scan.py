@@ -10,12 +10,13 @@ an unreachable host a finding for the host; nothing here raises for them.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from . import gather
 from .backends import Lxc, Proxmox
 from .errors import LxcfixError
 from .model import Finding, HostFacts, Plan
+from .observe import ProbeFailed, observe
 from .plan import make_plan
 from .rules import Context, run_rules
 from .transport import Transport
@@ -45,32 +46,61 @@ class HostReport:
 
 
 def analyze_container(facts: HostFacts, loaded: gather.Loaded, loader, style: str = "auto",
-                      probe=None, live=None) -> CtReport:
+                      enter: "Enter | None" = None) -> CtReport:
+    """Findings and plan for one container. `enter` (live hosts) looks inside a
+    running container: probe and device program."""
     if loaded.config is None:
         f = Finding("LXF131", "error", loaded.ct, f"config cannot be read: {loaded.error}",
                     evidence=(loaded.path,), host=facts.host)
         return CtReport(facts.host, loaded.ct, loaded.path, (f,), error=loaded.error, node=loaded.node)
-    ctx: Context = gather.context(facts, loaded, loader, probe=probe, live=live)
+    ctx: Context = gather.context(facts, loaded, loader)
+    status = None
+    extra: list[Finding] = []
+    if enter is not None:
+        status = enter.backend.status(enter.transport, loaded.ct)
+        if status == "running":
+            try:
+                probe, live = observe(enter.transport, enter.backend, loaded.ct, ctx.effective)
+                ctx = replace(ctx, probe=probe, live=live)
+            except ProbeFailed as e:
+                extra.append(Finding("LXF301", "error", loaded.ct, f"cannot look inside CT {loaded.ct}: {e}",
+                                     host=facts.host))
     try:
         plan = make_plan(ctx, style)
         findings = plan.findings
     except LxcfixError:
         raise
     except Exception as e:  # a bug in one container's analysis must not end a fleet scan
-        return CtReport(facts.host, loaded.ct, loaded.path, tuple(run_rules(ctx)),
-                        error=f"internal error planning this container: {e!r}", node=loaded.node)
-    return CtReport(facts.host, loaded.ct, loaded.path, findings, plan, node=loaded.node)
+        return CtReport(facts.host, loaded.ct, loaded.path, tuple(run_rules(ctx)) + tuple(extra),
+                        error=f"internal error planning this container: {e!r}", node=loaded.node, status=status)
+    return CtReport(facts.host, loaded.ct, loaded.path, tuple(findings) + tuple(extra), plan,
+                    node=loaded.node, status=status)
+
+
+@dataclass(frozen=True)
+class Enter:
+    """How to reach running containers on a live host."""
+
+    transport: Transport
+    backend: object
 
 
 def scan_host(t: Transport, backend: Proxmox | Lxc, cts: list[str] | None = None,
-              style: str = "auto", facts: HostFacts | None = None) -> HostReport:
+              style: str = "auto", facts: HostFacts | None = None, probe: bool = False) -> HostReport:
+    """probe: enter running containers (live hosts only) to probe them and read
+    their device program."""
     start = time.monotonic()
     facts = facts or gather.host_facts(t, backend)
     listed = backend.list(t)
     wanted = cts if cts else list(listed)
     loader = gather.include_loader(t)
+    loaded_all = [gather.load_container(t, backend, ct, listed.get(ct)) for ct in wanted]
+    if facts.nodes_known:
+        sources = [p for ld in loaded_all if ld.config is not None for p in gather.mount_sources(ld.config)]
+        extra = {p: n for p, n in gather.source_nodes(t, sources).items() if p not in facts.nodes}
+        if extra:
+            facts = replace(facts, nodes={**facts.nodes, **extra})
     reports = []
-    for ct in wanted:
-        loaded = gather.load_container(t, backend, ct, listed.get(ct))
-        reports.append(analyze_container(facts, loaded, loader, style))
+    for loaded in loaded_all:
+        reports.append(analyze_container(facts, loaded, loader, style, Enter(t, backend) if probe else None))
     return HostReport(t.name, backend.name, facts, tuple(reports), seconds=time.monotonic() - start)

@@ -6,16 +6,16 @@
 #   node <path> exists=0|1 char=0|1 major=N|- minor=N|- open=ok|EPERM|EACCES|ENXIO|ENOENT|ENODEV|...
 #   gpu skipped <why>                 (GPU calls left out: they could have created device nodes)
 #   nvidia_smi rc=N                   then "nvidia_smi_out <line>" for each line nvidia-smi -L printed
-#   driver <version> <where seen>     container userspace driver
 #   cuinit <code>                     cuInit(0) via python3 + ctypes
+#   driver <version> <where seen>     container userspace driver
 #   end
 
 have() { command -v "$1" >/dev/null 2>&1; }
 T=
-have timeout && T="timeout 15"
+timeout 15 true 2>/dev/null && T="timeout 15"  # old busybox wants -t: then no timeout
 echo "lxcfix-probe 1"
 
-# One node in python3: stat() and open(O_RDWR|O_NOCTTY|O_NONBLOCK), never O_CREAT.
+# The nodes, in python3: stat() and open(O_RDWR|O_NOCTTY|O_NONBLOCK), never O_CREAT.
 PY_NODES='
 import errno, os, stat, sys
 for p in sys.argv[1:]:

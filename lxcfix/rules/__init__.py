@@ -22,7 +22,7 @@ class Context:
     config: CtConfig
     effective: Effective
     probe: ProbeResult | None = None
-    live: object | None = None  # bpf.LiveAllowlist, when the container runs
+    live: object | None = None  # rules.live.Live: the device program read from the running container
     load: object | None = None  # include loader, so a planner can re-read an edited config
 
     def with_config(self, config: CtConfig) -> "Context":
@@ -36,9 +36,9 @@ class Context:
         return Finding(code=code, severity=severity, ct=self.ct, message=message, host=self.host, **kw)
 
 
-from . import allowlist, host, hygiene  # noqa: E402
+from . import allowlist, host, hygiene, live, probe  # noqa: E402
 
-RULES = (host, allowlist, hygiene)
+RULES = (host, allowlist, hygiene, live, probe)
 
 
 def run_rules(ctx: Context, rules=RULES) -> list[Finding]:

@@ -7,6 +7,7 @@ major, LXF104 over-broad rule, LXF111 device mount without `optional`.
 from __future__ import annotations
 
 from .. import devices
+from ..bpf import parse_lxc_value
 from .allowlist import analyze
 
 # Nodes that exist whenever the host is up: a mount of them cannot fail at start.
@@ -29,6 +30,14 @@ def convertible(r) -> bool:
     """A v1 rule we may turn into v2 ourselves: a specific rule, not `a` (which
     resets the list: converting it would drop LXC's default allowlist) and not a clear."""
     return r.rule is not None and r.rule.kind != "a" and not devices.is_overbroad(r.rule)
+
+
+def lxc_accepts(r) -> bool:
+    """Would LXC's own parser take this rule line (bpf.parse_lxc_value)?"""
+    value = r.value.strip()
+    if value.startswith("/"):
+        return r.key.endswith("allow") and len(value.split()) == 2
+    return parse_lxc_value(r.key.endswith("allow"), value) is not None
 
 
 def pinned_dynamic(ctx, rule) -> devices.Profile | None:
@@ -57,12 +66,13 @@ def check(ctx) -> list:
                 evidence=(where, f"cgroup layout: {ctx.facts.cgroup_layout}"),
                 fix=f"use {v2}: {r.value}",
             ))
+        if r.value.strip() and not lxc_accepts(r):
+            out.append(ctx.finding(
+                "LXF130", "error", f"LXC rejects the device rule {r.value!r} and skips it: it has no effect",
+                evidence=(where, "LXC wants `c MAJOR:MINOR ACCESS` with single spaces, or `/dev/path ACCESS` (allow only)"),
+                fix="write it as `c MAJOR:MINOR rwm` or `/dev/path rwm`",
+            ))
         if r.rule is None:
-            if r.value.strip():
-                out.append(ctx.finding(
-                    "LXF130", "error", f"device rule {r.value!r} does not parse: LXC refuses to start",
-                    evidence=(where,), fix="write it as `c MAJOR:MINOR rwm` or `/dev/path rwm`",
-                ))
             continue
         why = devices.is_overbroad(r.rule)
         if why:

@@ -93,12 +93,29 @@ def test_ruleset_semantics(lines, dev, access, expected):
     assert RuleSet.replay(lines).allows(*dev, access) is expected
 
 
-def test_identical_rule_updates_in_place():
-    rs = RuleSet.replay([("deny", "a"), ("deny", "c 10:200 rwm"), ("allow", "c 10:* rwm"), ("allow", "c 10:200 rwm")])
-    # The second "c 10:200 rwm" updates the first entry in place (LXC merges equal rules),
-    # so the later wildcard still decides.
+def test_deny_in_allowlist_mode_only_cancels_an_equal_allow():
+    # LXC compiles only the mode's polarity: a deny of 195:0 under an allow of 195:* does nothing.
+    rs = RuleSet.replay([("deny", "a"), ("allow", "c 195:* rwm"), ("deny", "c 195:0 rwm")])
+    assert rs.allows("c", 195, 0)
+    rs = RuleSet.replay([("deny", "a"), ("allow", "c 195:* rwm"), ("deny", "c 195:* rwm")])
+    assert not rs.allows("c", 195, 0) and rs.rules == ()
+
+
+def test_equal_rule_is_reused_in_place_and_access_compared_as_written():
+    rs = RuleSet.replay([("deny", "a"), ("allow", "c 10:200 rwm"), ("allow", "c 10:* rwm"), ("allow", "c 10:200 rwm")])
     assert [str(r.rule) for r in rs.rules] == ["c 10:200 rwm", "c 10:* rwm"]
-    assert rs.allows("c", 10, 200)
+    rs = RuleSet.replay([("deny", "a"), ("allow", "c 10:200 rw"), ("deny", "c 10:200 wr")])
+    assert rs.allows("c", 10, 200)  # "wr" is not "rw" to LXC: nothing cancelled
+
+
+def test_lxc_rejects_double_spaces_so_the_rule_does_nothing():
+    rs = RuleSet.replay([("deny", "a"), ("allow", "c 1:3 rwm"), ("allow", "c  10:200 rwm")])
+    assert rs.has_program and not rs.allows("c", 10, 200)
+
+
+def test_clear_keeps_the_mode():
+    rs = RuleSet.replay([("deny", "a"), ("allow", ""), ("allow", "c 10:200 rwm")])
+    assert rs.mode == "allowlist" and not rs.allows("c", 1, 3)
 
 
 def test_path_rules_resolve_at_start_and_vanish_when_missing():

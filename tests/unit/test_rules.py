@@ -132,3 +132,8 @@ def test_directory_mount_brings_its_nodes():
     got = findings(text)
     assert sorted(f.device for f in got) == ["/dev/dri/card0", "/dev/dri/renderD128"]
     assert codes(got) == ["LXF100", "LXF100"]
+
+
+def test_rule_lxc_rejects_is_lxf130():
+    got = findings("lxc.cgroup2.devices.allow: c  10:200 rwm\n" + TUN)
+    assert "LXF130" in codes(got) and "LXF100" in codes(got)

@@ -1,0 +1,390 @@
+"""The in-container probe: the script, its argv, and a pure reading of what it prints.
+
+The script (templates/probe.sh, the package lxcfix.templates) runs once per container, the device paths as arguments:
+
+    probe_argv(["/dev/nvidia0", "/dev/nvidia-uvm"])
+        -> ["sh", "-c", <script>, "lxcfix-probe", "/dev/nvidia0", "/dev/nvidia-uvm"]
+
+It prints one fact a line:
+
+    lxcfix-probe 1
+    node /dev/nvidia-uvm exists=1 char=1 major=511 minor=0 open=EPERM
+    gpu skipped /dev/nvidia-uvm          (GPU calls left out: they would have created nodes)
+    nvidia_smi rc=0
+    nvidia_smi_out GPU 0: NVIDIA H200 (UUID: GPU-...)
+    cuinit 999
+    driver 580.159.04 /usr/lib/x86_64-linux-gnu/libcuda.so.580.159.04
+    end
+
+    parse(text) -> ProbeResult(nodes={"/dev/nvidia-uvm": ProbeNode(..., open="EPERM")},
+                               nvidia_smi_rc=0, nvidia_smi_out="GPU 0: ...", cuinit=999,
+                               driver_version="580.159.04", raw=text)
+    classify("200", "pve1", result, {"/dev/nvidia-uvm": ("c", 511, 0)}, "580.159.04")
+        -> [Finding("LXF200", ...), Finding("LXF210", ...)]
+
+Only script() reads anything (the packaged template); parse and classify are pure.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Iterable, Mapping
+
+from .devices import SHARED_MAJORS
+from .errors import BadInput
+from .render import template_text
+from .model import Finding, ProbeNode, ProbeResult
+
+PROGRAM_NAME = "lxcfix-probe"
+
+
+# What CUDA/NVML reported on a real H200 (driver 580.159.04) with one node denied at a time:
+# shared/ground-truth/nvidia-h200-cgroup-deny.json.
+MEASURED_UVM = "measured (H200, driver 580.159.04): with nvidia-uvm denied, cuInit gives 999 while nvidia-smi -L still lists the GPU"
+MEASURED_100 = "measured (H200, driver 580.159.04): with nvidiactl (195:255) or nvidia0 (195:0) denied, cuInit gives 100"
+MEASURED_NVML_CTL = "measured (H200, driver 580.159.04): with nvidiactl (195:255) denied, nvidia-smi says 'Failed to initialize NVML: Unknown Error' (rc 255)"
+MEASURED_NVML_GPU = "measured (H200, driver 580.159.04): with nvidia0 (195:0) denied, nvidia-smi says 'No devices found.' (rc 0)"
+
+CUDA_ERRORS = {
+    0: "CUDA_SUCCESS",
+    3: "CUDA_ERROR_NOT_INITIALIZED",
+    35: "CUDA_ERROR_INSUFFICIENT_DRIVER",
+    100: "CUDA_ERROR_NO_DEVICE",
+    101: "CUDA_ERROR_INVALID_DEVICE",
+    304: "CUDA_ERROR_OPERATING_SYSTEM",
+    800: "CUDA_ERROR_NOT_PERMITTED",
+    803: "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
+    804: "CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE",
+    999: "CUDA_ERROR_UNKNOWN",
+}
+
+
+# --- the script ---------------------------------------------------------------------------
+
+@functools.cache
+def script() -> str:
+    """The probe script's text: templates/probe.sh, packaged as lxcfix.templates (pyproject)."""
+    return template_text("probe.sh")
+
+
+def probe_argv(paths: Iterable[str]) -> list[str]:
+    """argv that runs the probe over `paths` inside a container (wrap it with ContainerExec).
+
+    The paths travel as arguments, never inside the script text. Each must be absolute and
+    hold no newline (the output is line-based) and no NUL.
+    """
+    paths = list(paths)
+    for path in paths:
+        if not isinstance(path, str) or not path.startswith("/") or "\n" in path or "\0" in path:
+            raise BadInput(f"probe: not an absolute device path on one line: {path!r}")
+    return ["sh", "-c", script(), PROGRAM_NAME, *paths]
+
+
+# --- parse ----------------------------------------------------------------------------------
+
+_NODE = re.compile(
+    r"node (?P<path>/.*) exists=(?P<exists>[01]) char=(?P<char>[01])"
+    r" major=(?P<major>[0-9]+|-) minor=(?P<minor>[0-9]+|-) open=(?P<open>[A-Za-z0-9_]+)"
+)
+_INT = re.compile(r"-?[0-9]{1,10}")
+_VERSION = re.compile(r"[0-9]+(?:\.[0-9]+)+")
+
+
+def parse(text: str) -> ProbeResult:
+    """What the probe printed -> ProbeResult. Never raises: unknown lines are skipped, a
+    truncated output gives what was seen, and `raw` keeps the text as it came."""
+    nodes: dict[str, ProbeNode] = {}
+    smi_rc: int | None = None
+    smi_out: list[str] = []
+    cuinit: int | None = None
+    driver: str | None = None
+    for line in text.split("\n"):
+        line = line.rstrip("\r")
+        head, _, rest = line.partition(" ")
+        if head == "node":
+            m = _NODE.fullmatch(line)
+            if m:
+                node = ProbeNode(
+                    path=m["path"],
+                    exists=m["exists"] == "1",
+                    is_char=m["char"] == "1",
+                    major=None if m["major"] == "-" else int(m["major"]),
+                    minor=None if m["minor"] == "-" else int(m["minor"]),
+                    open=m["open"],
+                )
+                nodes[node.path] = node
+        elif head == "nvidia_smi" and rest.startswith("rc=") and _INT.fullmatch(rest[3:]):
+            smi_rc, smi_out = int(rest[3:]), []
+        elif head == "nvidia_smi_out":
+            smi_out.append(rest)
+        elif head == "cuinit" and _INT.fullmatch(rest):
+            cuinit = int(rest)
+        elif head == "driver":
+            version = rest.split(" ", 1)[0]
+            if _VERSION.fullmatch(version):
+                driver = version
+    return ProbeResult(
+        nodes=nodes,
+        nvidia_smi_rc=smi_rc,
+        nvidia_smi_out="\n".join(smi_out),
+        cuinit=cuinit,
+        driver_version=driver,
+        raw=text,
+    )
+
+
+def _driver_source(raw: str) -> str | None:
+    """Where the probe saw the userspace driver (the file name), for evidence."""
+    for line in raw.split("\n"):
+        parts = line.rstrip("\r").split(" ", 2)
+        if len(parts) == 3 and parts[0] == "driver":
+            return parts[2]
+    return None
+
+
+# --- classify -------------------------------------------------------------------------------
+
+def classify(
+    ct: str,
+    host: str,
+    probe: ProbeResult,
+    expected: Mapping[str, tuple[str, int, int]],
+    host_driver: str | None,
+    allowlist: str | None = None,
+    host_majors: Mapping[str, int] | None = None,
+) -> list[Finding]:
+    """Findings LXF200-LXF212 for one container.
+
+    expected: container path -> (kind, major, minor) the host says the node is.
+    allowlist: the running allowlist as text (one rule a line, or comma-separated), for evidence.
+    host_majors: driver name -> char major from the host's /proc/devices, for evidence.
+    A path the probe did not report (output cut short) gives no finding.
+    """
+    ctx = _Context(ct, host, allowlist, host_majors or {})
+    findings: list[Finding] = []
+    by_path: dict[str, Finding] = {}
+    for path, (kind, major, minor) in expected.items():
+        node = probe.nodes.get(path)
+        if node is None:
+            continue
+        finding = _node_finding(ctx, node, kind, major, minor)
+        if finding is not None:
+            findings.append(finding)
+            by_path[path] = finding
+    findings += _cuinit_findings(ctx, probe, by_path)
+    findings += _nvml_findings(ctx, probe, by_path, host_driver)
+    if host_driver and probe.driver_version and host_driver.strip() != probe.driver_version:
+        findings.append(_driver_mismatch(ctx, probe, host_driver.strip()))
+    return findings
+
+
+class _Context:
+    def __init__(self, ct: str, host: str, allowlist: str | None, host_majors: Mapping[str, int]):
+        self.ct, self.host = ct, host
+        self.allowlist = ", ".join(
+            part.strip() for part in re.split(r"[,\n]", allowlist or "") if part.strip()
+        ) if allowlist is not None else None
+        self.names: dict[int, list[str]] = {}
+        for name, major in host_majors.items():
+            self.names.setdefault(major, []).append(name)
+
+    @property
+    def plan(self) -> str:
+        cmd = f"lxcfix plan --ct {self.ct}"
+        return cmd if self.host in ("", "localhost") else f"{cmd} --host {self.host}"
+
+    def finding(self, code: str, message: str, device: str | None, evidence: Iterable[str],
+                fix: str | None = None, live_fixable: bool | None = None) -> Finding:
+        return Finding(code=code, severity="error", ct=self.ct, message=message, device=device,
+                       evidence=tuple(evidence), fix=fix, host=self.host, live_fixable=live_fixable)
+
+    def major_evidence(self, major: int | None) -> list[str]:
+        names = self.names.get(major) if major is not None else None
+        return [f"{'/'.join(names)} is {major} on this host"] if names else []
+
+    def allowlist_evidence(self) -> list[str]:
+        if self.allowlist is None:
+            return []
+        return [f"running allowlist: {self.allowlist or '(empty)'}"]
+
+
+def allow_rule(kind: str, major: int, minor: int) -> str:
+    """The rule that lets this node through: a wildcard minor only on a major one driver owns."""
+    if kind == "b" or major in SHARED_MAJORS:
+        return f"{kind} {major}:{minor} rwm"
+    return f"{kind} {major}:* rwm"
+
+
+def _node_finding(ctx: _Context, node: ProbeNode, kind: str, major: int, minor: int) -> Finding | None:
+    path, dev = node.path, f"{kind} {major}:{minor}"
+    if not node.exists:
+        evidence = [f"the host has {path} as {dev}"]
+        if node.open not in ("ENOENT", "ENOTDIR"):
+            evidence.append(f"stat {path} inside: {node.open}")
+        return ctx.finding(
+            "LXF202", f"{path} is absent in the container (the host has it as {dev})", path,
+            evidence, fix=f"pass {path} into the container and restart it (run: {ctx.plan})")
+
+    right_kind = node.is_char if kind == "c" else (not node.is_char and node.major is not None)
+    if not right_kind:
+        return ctx.finding(
+            "LXF203",
+            f"{path} exists in the container but is not a {'character' if kind == 'c' else 'block'} "
+            f"device (the host has it as {dev})",
+            path,
+            [f"probe: {path} exists, char={int(node.is_char)}, open gives {node.open}",
+             "a bind mount with optional,create=file whose source was missing at start "
+             "leaves an empty regular file there"],
+            fix=f"make sure the host has {path} before the container starts (for nvidia-uvm: "
+                f"nvidia-modprobe -u -c=0), then restart the container (run: {ctx.plan})")
+    if (node.major, node.minor) != (major, minor):
+        return ctx.finding(
+            "LXF203",
+            f"{path} is {kind} {node.major}:{node.minor} in the container but {dev} on the host "
+            "(a stale node)",
+            path,
+            [f"open gives {node.open}", *ctx.major_evidence(major)],
+            fix=f"pass the host's {path} in (bind mount or devN:) instead of a copied node, "
+                f"then restart the container (run: {ctx.plan})")
+
+    if node.open == "EPERM":
+        return ctx.finding(
+            "LXF200",
+            f"open {path}: EPERM (the cgroup device policy denies {dev})",
+            path,
+            [*ctx.allowlist_evidence(), *ctx.major_evidence(major),
+             f"{path} is present inside as {dev}, as on the host: only the cgroup gives EPERM"],
+            fix=f"allow {allow_rule(kind, major, minor)} (run: {ctx.plan})",
+            live_fixable=True)
+    if node.open == "EACCES":
+        return ctx.finding(
+            "LXF201",
+            f"open {path}: EACCES (not the cgroup: the node's mode/owner, the idmap or a nodev "
+            "mount keeps the container's root out)",
+            path,
+            ["the cgroup device policy answers EPERM, not EACCES",
+             "in an unprivileged container, host-owned nodes show as nobody:nogroup and only "
+             "their 'other' bits count"],
+            fix="give the node a mode or group the container can use (devN: ...,gid=N,mode=0660 "
+                "or 0666), or map the host group in with lxc.idmap")
+    return None  # ok, or ENXIO/ENODEV/...: the cgroup let it through; see the GPU findings
+
+
+def _nvidia_nodes(probe: ProbeResult) -> tuple[ProbeNode | None, ProbeNode | None, list[ProbeNode]]:
+    uvm = ctl = None
+    gpus: list[ProbeNode] = []
+    for node in probe.nodes.values():
+        base = node.path.rsplit("/", 1)[-1]
+        if base == "nvidia-uvm":
+            uvm = node
+        elif base == "nvidiactl":
+            ctl = node
+        elif re.fullmatch(r"nvidia[0-9]+", base):
+            gpus.append(node)
+    return uvm, ctl, gpus
+
+
+def _state(node: ProbeNode) -> str:
+    """One node as evidence: 'open /dev/nvidia-uvm: EPERM', with what ENXIO means."""
+    if not node.exists:
+        return f"{node.path} is absent in the container"
+    text = f"open {node.path}: {node.open}"
+    if node.open in ("ENXIO", "ENODEV"):
+        text += (f" (the cgroup let it through; no driver answers {node.major}:{node.minor}: "
+                 "module not loaded, or the major moved)")
+    return text
+
+
+def _broken(node: ProbeNode | None) -> bool:
+    return node is not None and (not node.exists or not node.is_char or node.open != "ok")
+
+
+def _fix_from(by_path: Mapping[str, Finding], nodes: Iterable[ProbeNode | None]) -> str | None:
+    for node in nodes:
+        if node is not None and node.path in by_path and by_path[node.path].fix:
+            return f"{by_path[node.path].fix} ({by_path[node.path].code} {node.path})"
+    return None
+
+
+def _smi_summary(probe: ProbeResult) -> str | None:
+    if probe.nvidia_smi_rc is None:
+        return None
+    first = probe.nvidia_smi_out.strip().split("\n", 1)[0] or "(no output)"
+    return f"nvidia-smi -L: rc {probe.nvidia_smi_rc}, {first!r}"
+
+
+def _cuinit_findings(ctx: _Context, probe: ProbeResult, by_path: Mapping[str, Finding]) -> list[Finding]:
+    code = probe.cuinit
+    if code is None or code == 0:
+        return []
+    name = CUDA_ERRORS.get(code, "unknown code")
+    uvm, ctl, gpus = _nvidia_nodes(probe)
+    smi = _smi_summary(probe)
+    if code == 999:
+        smi_ok = probe.nvidia_smi_rc == 0 and "GPU " in probe.nvidia_smi_out
+        message = f"cuInit(0) = 999 {name}: CUDA cannot use /dev/nvidia-uvm" + (
+            " (nvidia-smi still works)" if smi_ok else "")
+        evidence = [_state(uvm) if uvm else "/dev/nvidia-uvm was not probed"]
+        if uvm is not None and not _broken(uvm):
+            evidence.append(f"{uvm.path} opens here: the cause is not the cgroup")
+        evidence += [e for e in (smi, MEASURED_UVM) if e]
+        return [ctx.finding("LXF210", message, uvm.path if uvm else None, evidence,
+                            fix=_fix_from(by_path, [uvm]))]
+    if code == 100:
+        culprits = [n for n in (ctl, *gpus) if _broken(n)]
+        message = f"cuInit(0) = 100 {name}: CUDA cannot reach a GPU through /dev/nvidiactl or /dev/nvidiaN"
+        evidence = [_state(n) for n in culprits] or ["/dev/nvidiactl and /dev/nvidiaN open fine or were not probed"]
+        evidence += [e for e in (smi, MEASURED_100) if e]
+    else:
+        culprits = [n for n in (ctl, *gpus, uvm) if _broken(n)]
+        message = f"cuInit(0) = {code} {name}"
+        evidence = [_state(n) for n in culprits] + ([smi] if smi else [])
+        if code in (35, 803):
+            evidence.append("the container's CUDA driver library and the host's kernel driver disagree")
+    device = culprits[0].path if culprits else None
+    return [ctx.finding("LXF210", message, device, evidence, fix=_fix_from(by_path, culprits))]
+
+
+def _nvml_findings(ctx: _Context, probe: ProbeResult, by_path: Mapping[str, Finding],
+                   host_driver: str | None) -> list[Finding]:
+    rc, out = probe.nvidia_smi_rc, probe.nvidia_smi_out
+    if rc is None:
+        return []
+    _, ctl, gpus = _nvidia_nodes(probe)
+    first = out.strip().split("\n", 1)[0] or "(no output)"
+    if "Unknown Error" in out:
+        nodes = [ctl] if _broken(ctl) else [n for n in gpus if _broken(n)]
+        message = f"nvidia-smi: {first} (NVML cannot open /dev/nvidiactl)"
+        extra = [MEASURED_NVML_CTL]
+    elif "No devices found" in out:
+        nodes = [n for n in gpus if _broken(n)]
+        message = "nvidia-smi finds no GPU: a /dev/nvidiaN node is denied or missing"
+        extra = [MEASURED_NVML_GPU]
+    elif "mismatch" in out.lower():
+        nodes = []
+        message = f"nvidia-smi: {first} (the container's NVIDIA libraries do not match the host driver)"
+        extra = [f"host driver {host_driver}" if host_driver else "host driver version unknown"]
+    elif rc != 0:
+        nodes = [n for n in (ctl, *gpus) if _broken(n)]
+        message = "nvidia-smi -L timed out" if rc == 124 else f"nvidia-smi -L failed (rc {rc}): {first}"
+        extra = []
+    else:
+        return []
+    evidence = [_state(n) for n in nodes if n is not None] + [f"nvidia-smi -L: rc {rc}, {first!r}"] + extra
+    return [ctx.finding("LXF211", message, nodes[0].path if nodes else None, evidence,
+                        fix=_fix_from(by_path, nodes))]
+
+
+def _driver_mismatch(ctx: _Context, probe: ProbeResult, host_driver: str) -> Finding:
+    where = _driver_source(probe.raw)
+    return ctx.finding(
+        "LXF212",
+        f"NVIDIA driver mismatch: host kernel driver {host_driver}, container userspace "
+        f"{probe.driver_version}",
+        None,
+        [f"host: NVIDIA kernel module {host_driver}",
+         f"container: {probe.driver_version} from {where}" if where else f"container: {probe.driver_version}",
+         "CUDA and NVML need the container's libraries to match the host's kernel module exactly"],
+        fix=f"install the {host_driver} userspace driver in the container without its kernel "
+            f"module (the NVIDIA .run installer with --no-kernel-module), or bind-mount the host's libraries")

@@ -1,0 +1,64 @@
+"""LXF121: the running container's device program differs from its config on disk."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..bpf import LiveAllowlist, describe
+
+
+@dataclass(frozen=True)
+class Live:
+    """The device program read from a running container's cgroup (None: none attached)."""
+
+    cgroup: str
+    program: LiveAllowlist | None
+
+
+def _key(rule) -> tuple:
+    return (rule.kind, rule.major, rule.minor, "".join(c for c in "rwm" if c in rule.access), rule.allow)
+
+
+def differences(ctx) -> tuple[list[str], list[str]] | None:
+    """(in the config only, running only), or None when they agree or cannot be compared."""
+    live = ctx.live
+    if live is None or (live.program is not None and live.program.unknown):
+        return None
+    ruleset = ctx.effective.ruleset
+    want = [_key(sr.rule) for sr in ruleset.rules] if ruleset.has_program else None
+    have = [_key(r) for r in live.program.rules] if live.program is not None else None
+    if want is None and have is None:
+        return None
+    if want is not None and have is not None and want == have and ruleset.mode == live.program.mode:
+        return None
+    config_only = [k for k in (want or []) if k not in (have or [])]
+    running_only = [k for k in (have or []) if k not in (want or [])]
+    return [_fmt(k) for k in config_only], [_fmt(k) for k in running_only]
+
+
+def _fmt(key: tuple) -> str:
+    kind, major, minor, access, allow = key
+    text = "a" if kind == "a" and major is None and minor is None else \
+        f"{kind} {'*' if major is None else major}:{'*' if minor is None else minor} {access}"
+    return text if allow else f"deny {text}"
+
+
+def check(ctx) -> list:
+    diff = differences(ctx)
+    if diff is None:
+        return []
+    config_only, running_only = diff
+    program = ctx.live.program
+    evidence = [f"running program on {ctx.live.cgroup}: "
+                + (describe(program.rules) or "(no rules)" if program is not None else "none attached")]
+    if config_only:
+        evidence.append("in the config, not running: " + ", ".join(config_only))
+    if running_only:
+        evidence.append("running, not in the config: " + ", ".join(running_only))
+    return [ctx.finding(
+        "LXF121", "warning",
+        "the running device allowlist differs from the config on disk (edited without a restart, "
+        "or changed live)",
+        evidence=tuple(evidence),
+        fix=f"restart the container to load the config, or `lxcfix apply --ct {ctx.ct}`",
+    )]

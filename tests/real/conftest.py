@@ -1,0 +1,53 @@
+"""Fixtures of the real tier. Every test here is marked `real` (tests/conftest.py)
+and skips, with the reason, without root, LXC or a pure cgroup v2 mount
+(a failure when CI=true)."""
+
+import os
+
+import pytest
+
+from . import harness
+
+
+@pytest.fixture(autouse=True)
+def _real_tier_available():
+    reason = harness.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _shared_cgroups_cleanup():
+    yield
+    if harness.unavailable_reason() is None:
+        harness.cleanup_shared_cgroups()
+
+
+@pytest.fixture
+def container_factory(_real_tier_available):
+    """factory(extra_lines=(), init=("sleep", "infinity"), name=None, start=True) -> Container;
+    everything it made is destroyed (lxc-stop -k, dir and cgroups removed) at teardown."""
+    factory = harness.Factory()
+    try:
+        yield factory
+    finally:
+        factory.destroy_all()
+
+
+@pytest.fixture
+def pve(_real_tier_available, tmp_path, monkeypatch):
+    """A fake /etc/pve in tmp_path (LXCFIX_PVE_DIR set), the pct shim first on PATH;
+    pve.make_ct(lines, ...) -> PveContainer; all destroyed at teardown."""
+    p = harness.Pve(str(tmp_path / "pve"))
+    monkeypatch.setenv("LXCFIX_PVE_DIR", p.dir)
+    monkeypatch.setenv("PATH", harness.SHIM_DIR + ":" + os.environ.get("PATH", ""))
+    try:
+        yield p
+    finally:
+        p.destroy_all()
+
+
+@pytest.fixture
+def tun():
+    """/dev/net/tun on the host (10:200)."""
+    return harness.ensure_tun()

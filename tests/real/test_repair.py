@@ -1,0 +1,254 @@
+"""diagnose / apply / rollback on real LXC containers with real cgroup v2 BPF
+device filtering, driven through the command line as an admin would.
+
+Each test asserts a BPF device program is attached, so a silently ignored
+rule can never pass.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from . import harness
+
+TUN_MOUNT = "lxc.mount.entry = /dev/net/tun dev/net/tun none bind,create=file 0 0"
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    """lxcfix's state and lock dirs in tmp_path; returns the environment for subprocesses."""
+    e = dict(os.environ)
+    e["LXCFIX_STATE_DIR"] = str(tmp_path / "state")
+    e["LXCFIX_LOCK_DIR"] = str(tmp_path / "lock")
+    e["NO_COLOR"] = "1"
+    for k in ("LXCFIX_STATE_DIR", "LXCFIX_LOCK_DIR"):
+        monkeypatch.setenv(k, e[k])
+    return e
+
+
+def lxcfix(env, *args, timeout=120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "lxcfix", *args], env=env, capture_output=True,
+                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def codes(doc) -> list[str]:
+    return sorted(f["code"] for c in doc["containers"] for f in c["findings"])
+
+
+def diagnose(env, ct) -> dict:
+    r = lxcfix(env, "diagnose", "--ct", ct, "--json")
+    assert r.returncode in (0, 1), r.stderr
+    return json.loads(r.stdout)
+
+
+@pytest.fixture
+def uvm(tmp_path, env):
+    """A driverless node with a dynamic-range major, and a /proc/devices text naming it nvidia-uvm."""
+    major = harness.free_char_major(511)
+    (tmp_path / "dev").mkdir()
+    node = harness.mknod(str(tmp_path / "dev" / "nvidia-uvm"), major, 0)
+    proc = tmp_path / "proc-devices"
+    proc.write_text(f"Character devices:\n  1 mem\n  5 /dev/tty\n 10 misc\n136 pts\n195 nvidia\n{major} nvidia-uvm\n\n"
+                    "Block devices:\n  8 sd\n")
+    env["LXCFIX_PROC_DEVICES"] = str(proc)
+    return node, major
+
+
+def test_tun_denied_then_repaired(container_factory, tun, env):
+    c = container_factory([TUN_MOUNT])
+    assert c.bpf_attached()
+    assert harness.open_errno(c, "/dev/net/tun") == "EPERM"
+
+    doc = diagnose(env, c.name)
+    assert {"LXF100", "LXF200"} <= set(codes(doc))
+    f200 = next(f for f in doc["containers"][0]["findings"] if f["code"] == "LXF200")
+    assert f200["device"] == "/dev/net/tun"
+    assert any("running allowlist" in e for e in f200["evidence"])
+
+    before_pid = c.init_pid()
+    r = lxcfix(env, "apply", "--ct", c.name, "--yes")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert c.running() and c.bpf_attached() and c.init_pid() != before_pid
+    assert harness.open_errno(c, "/dev/net/tun") == "ok"
+    assert "/dev/net/tun rwm" in Path(c.config_path).read_text()  # auto style on LXC 5: path form
+
+    backups = list((Path(env["LXCFIX_STATE_DIR"]) / "backups" / c.name).iterdir())
+    assert len(backups) == 1 and backups[0].stat().st_mode & 0o777 == 0o600
+    journal = [json.loads(l) for l in (Path(env["LXCFIX_STATE_DIR"]) / "journal.jsonl").read_text().splitlines()]
+    assert [e["event"] for e in journal] == ["backup", "written", "done"]
+    assert journal[-1]["step"] == "verified"
+
+    again = lxcfix(env, "plan", "--ct", c.name)
+    assert again.returncode == 0 and again.stdout == ""
+    assert codes(diagnose(env, c.name)) == []
+
+
+def test_driverless_dynamic_major_eperm_then_enxio(container_factory, uvm, env):
+    node, major = uvm
+    c = container_factory([f"lxc.mount.entry = {node} dev/nvidia-uvm none bind,create=file 0 0"])
+    assert c.bpf_attached()
+    assert harness.open_errno(c, "/dev/nvidia-uvm") == "EPERM"
+    doc = diagnose(env, c.name)
+    assert {"LXF100", "LXF200"} <= set(codes(doc))
+
+    r = lxcfix(env, "apply", "--ct", c.name, "--yes", "--style", "numeric")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"lxc.cgroup2.devices.allow = c {major}:* rwm" in Path(c.config_path).read_text()
+    assert c.bpf_attached()
+    assert harness.open_errno(c, "/dev/nvidia-uvm") == "ENXIO"  # the cgroup lets it through; no driver
+
+
+def test_moved_major_is_moved_in_place(container_factory, uvm, env):
+    node, major = uvm
+    old = major - 1
+    c = container_factory([f"lxc.cgroup2.devices.allow = c {old}:* rwm",
+                           f"lxc.mount.entry = {node} dev/nvidia-uvm none bind,create=file 0 0"])
+    assert c.bpf_attached()
+    assert harness.open_errno(c, "/dev/nvidia-uvm") == "EPERM"
+    doc = diagnose(env, c.name)
+    assert "LXF101" in codes(doc) and "LXF200" in codes(doc)
+    msg = next(f["message"] for c_ in doc["containers"] for f in c_["findings"] if f["code"] == "LXF101")
+    assert f"c {major}:0 on this host; the config allows c {old}:*" in msg
+
+    r = lxcfix(env, "apply", "--ct", c.name, "--yes", "--style", "numeric")
+    assert r.returncode == 0, r.stdout + r.stderr
+    text = Path(c.config_path).read_text()
+    assert f"c {major}:* rwm" in text and f"c {old}:* rwm" not in text
+    assert harness.open_errno(c, "/dev/nvidia-uvm") == "ENXIO"
+
+
+def test_dry_run_and_non_terminal_change_nothing(container_factory, tun, env):
+    c = container_factory([TUN_MOUNT])
+    before = Path(c.config_path).read_bytes()
+    r = lxcfix(env, "apply", "--ct", c.name, "--dry-run")
+    assert r.returncode == 1 and "+lxc.cgroup2.devices.allow = /dev/net/tun rwm" in r.stdout
+    assert "steps apply would take" in r.stdout
+    r = lxcfix(env, "apply", "--ct", c.name)
+    assert r.returncode == 2 and "no --yes" in r.stderr
+    assert Path(c.config_path).read_bytes() == before
+    assert not (Path(env["LXCFIX_STATE_DIR"]) / "backups").exists()
+
+
+def _paused_apply(env, ct, step, pause_file, *extra):
+    e = dict(env, LXCFIX_PAUSE_AT=step, LXCFIX_PAUSE_FILE=str(pause_file))
+    proc = subprocess.Popen([sys.executable, "-m", "lxcfix", "apply", "--ct", ct, "--yes", *extra],
+                            env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not pause_file.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            out, err = proc.communicate()
+            pytest.fail(f"apply never reached {step}: rc={proc.returncode}\n{out}\n{err}")
+        time.sleep(0.02)
+    return proc
+
+
+@pytest.mark.parametrize("step", ["locked", "backed-up", "temp-written", "written", "restarted"])
+def test_sigkill_at_each_step_leaves_old_or_new_and_rollback_restores(container_factory, tun, env, tmp_path, step):
+    c = container_factory([TUN_MOUNT])
+    old = Path(c.config_path).read_bytes()
+    plan = lxcfix(env, "plan", "--ct", c.name)
+    assert plan.returncode == 1
+    proc = _paused_apply(env, c.name, step, tmp_path / "pause")
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=10)
+
+    now = Path(c.config_path).read_bytes()
+    if step in ("locked", "backed-up", "temp-written"):
+        assert now == old
+    else:
+        assert now != old and b"/dev/net/tun rwm" in now
+        assert now == old + b"lxc.cgroup2.devices.allow = /dev/net/tun rwm\n" or b"/dev/net/tun rwm" in now
+
+    r = lxcfix(env, "rollback", "--ct", c.name)
+    if step == "locked":
+        assert r.returncode == 2 and "no backup" in r.stderr  # killed before the backup: nothing to undo
+    else:
+        assert r.returncode == 0, r.stdout + r.stderr
+    assert Path(c.config_path).read_bytes() == old
+    # A later apply cleans up a temp file the killed one left, then works.
+    r = lxcfix(env, "apply", "--ct", c.name, "--yes")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert not [p for p in Path(c.config_path).parent.iterdir() if p.name.endswith(".tmp")]
+    assert harness.open_errno(c, "/dev/net/tun") == "ok"
+
+
+def test_two_concurrent_applies_one_is_refused(container_factory, tun, env, tmp_path):
+    c = container_factory([TUN_MOUNT])
+    pause = tmp_path / "pause"
+    first = _paused_apply(env, c.name, "locked", pause)
+    second = lxcfix(env, "apply", "--ct", c.name, "--yes")
+    assert second.returncode == 2 and "holds" in second.stderr
+    pause.unlink()  # let the first go on
+    out, err = first.communicate(timeout=60)
+    assert first.returncode == 0, out + err
+    assert harness.open_errno(c, "/dev/net/tun") == "ok"
+
+
+# ---- the Proxmox backend, through the pct shim
+
+
+
+def test_proxmox_tun_flow_through_pct(pve, tun, env):
+    ct = pve.make_ct(["lxc.mount.entry: /dev/net/tun dev/net/tun none bind,create=file"])
+    env.update(pve.env())
+    assert ct.bpf_attached()
+    assert harness.open_errno(ct, "/dev/net/tun") == "EPERM"
+    doc = diagnose(env, ct.vmid)
+    assert {"LXF100", "LXF200"} <= set(codes(doc))
+    r = lxcfix(env, "apply", "--ct", ct.vmid, "--yes", "--style", "numeric")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "lxc.cgroup2.devices.allow: c 10:200 rwm" in Path(ct.conf_path).read_text()
+    assert ct.bpf_attached()
+    assert harness.open_errno(ct, "/dev/net/tun") == "ok"
+
+
+def test_locked_proxmox_config_is_refused_untouched(pve, tun, env):
+    ct = pve.make_ct(["lxc.mount.entry: /dev/net/tun dev/net/tun none bind,create=file"])
+    env.update(pve.env())
+    text = Path(ct.conf_path).read_text()
+    Path(ct.conf_path).write_text("lock: backup\n" + text)
+    before = Path(ct.conf_path).read_bytes()
+    r = lxcfix(env, "apply", "--ct", ct.vmid, "--yes")
+    assert r.returncode == 2 and "locked (backup)" in r.stderr
+    assert Path(ct.conf_path).read_bytes() == before
+    assert "LXF120" in codes(diagnose(env, ct.vmid))
+
+
+def test_failed_start_rolls_back_and_runs_old_config(pve, env, tmp_path, monkeypatch):
+    """devN style replaces the bind mount with `dev0:`; the node vanishes before the
+    restart, so Proxmox refuses to start ("Device ... does not exist"): apply must
+    restore the old config (whose mount is optional) and get the container running."""
+    from lxcfix import repair
+    from lxcfix.errors import ApplyFailed
+
+    major = harness.free_char_major(511)
+    (tmp_path / "devs").mkdir()
+    node = harness.mknod(str(tmp_path / "devs" / "nvidia-uvm"), major, 0)
+    proc = tmp_path / "proc-devices"
+    proc.write_text(f"Character devices:\n  1 mem\n 10 misc\n{major} nvidia-uvm\n")
+    monkeypatch.setenv("LXCFIX_PROC_DEVICES", str(proc))
+    for k, v in pve.env().items():
+        monkeypatch.setenv(k, v)
+    ct = pve.make_ct([f"lxc.mount.entry: {node} dev/nvidia-uvm none bind,optional,create=file"])
+    assert ct.bpf_attached()
+    old = Path(ct.conf_path).read_bytes()
+
+    target = repair.open_target(None)
+    rep, c = repair.one(target, ct.vmid, "devn", probe=True)
+    assert "LXF200" in [f.code for f in c.findings]
+    with pytest.raises(ApplyFailed) as err:
+        repair.apply_plan(target, c, rep.facts, "devn", before_write=lambda backup: os.unlink(node))
+    assert "rolled back" in str(err.value) and err.value.exit_code == 4
+    assert Path(ct.conf_path).read_bytes() == old
+    assert ct.running() and ct.bpf_attached()
+    events = [json.loads(l)["event"] for l in (Path(env["LXCFIX_STATE_DIR"]) / "journal.jsonl").read_text().splitlines()]
+    assert events == ["backup", "written", "failed", "rolled-back"]
