@@ -26,6 +26,7 @@ from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from . import ctconfig
 from .errors import ApplyFailed, BadInput, Refused, RollbackFailed
+from .liveplan import LiveOps
 from .model import ApplyResult, Finding, Plan
 
 KEEP_BACKUPS = 20
@@ -253,7 +254,9 @@ class Applier:
                 raise ApplyFailed(f"{self.ct} did not reach 'running' after start")
 
     def apply(self, plan: Plan, *, replan: Callable[[bytes], Plan], restart: bool = True,
-              verify: Verify | None = None, before_write: Callable[[str], None] | None = None) -> ApplyResult:
+              verify: Verify | None = None, before_write: Callable[[str], None] | None = None,
+              live: "LiveOps | None" = None) -> ApplyResult:
+        """live: change the running container in place (no restart) with these operations."""
         if plan.is_empty:
             return ApplyResult("nothing-to-do", None, True, False, "nothing to change")
         path = self.host.local_path(plan.path)
@@ -267,7 +270,10 @@ class Applier:
             remove_stale_temps(path)
             checkpoint("locked")
             t, b = self.host.transport, self.host.backend
-            was_running = restart and b is not None and b.status(t, self.ct) == "running"
+            was_running = (restart or live is not None) and b is not None and b.status(t, self.ct) == "running"
+            if live is not None and not was_running:
+                raise Refused(f"CT {self.ct} is not running: --live changes a running container; "
+                              "apply without --live (nothing changed)")
             backup = self.backups.save(plan.before, plan.digest)
             base = dict(host=getattr(t, "name", "snapshot"), ct=self.ct, path=plan.path, backup=backup,
                         digest_before=plan.digest, digest_after=ctconfig.digest(plan.after), style=plan.style)
@@ -279,8 +285,14 @@ class Applier:
             self.journal.record(event="written", **base)
             checkpoint("written")
             step = "written"
+            change = LiveChange(t, b, self.ct, live) if live is not None else None
             try:
-                if restart and b is not None:
+                if change is not None:
+                    step = "live"
+                    change.run()
+                    step = "changed-live"
+                    checkpoint("changed-live")
+                elif restart and b is not None:
                     step = "restart"
                     self._restart(was_running)
                     step = "restarted"
@@ -293,6 +305,9 @@ class Applier:
                     step = "verified"
             except ApplyFailed as e:
                 self.journal.record(event="failed", step=step, error=str(e), **base)
+                if change is not None:
+                    state = self._rollback_live(path, backup, change, str(e), base)
+                    raise ApplyFailed(f"{e}\nrolled back: {plan.path} restored from {backup}; {state}") from None
                 self._rollback(path, backup, was_running, str(e), base)
                 raise ApplyFailed(f"{e}\nrolled back: {plan.path} restored from {backup}"
                                   + (f"; CT {self.ct} restarted with the old config" if was_running else "")) from None
@@ -320,6 +335,30 @@ class Applier:
                     f"with it: {e}. State: config restored, container STOPPED. Check `lxc-start -F` / the "
                     f"container log.") from None
         self.journal.record(event="rolled-back", **base)
+
+    def _rollback_live(self, path: str, backup: str, change: "LiveChange", why: str, base: dict) -> str:
+        """Put the previous live rules and the previous config back; say what state it is in."""
+        running = change.backend.status(change.transport, self.ct) == "running"
+        undo_errors = change.undo() if running else []
+        try:
+            with open(backup, "rb") as f:
+                write_atomic(path, f.read(), self.flavor)
+        except Exception as e:
+            self.journal.record(event="rollback-failed", step="restore", error=str(e), **base)
+            raise RollbackFailed(
+                f"live apply failed ({why}) and restoring the config failed too ({e}). State: {path} holds the "
+                f"NEW config, the old one is in {backup}; CT {self.ct} is {'running' if running else 'STOPPED'}"
+                + (f", its live rules were {'not ' if undo_errors else ''}restored" if running else "")) from None
+        if undo_errors:
+            self.journal.record(event="rollback-failed", step="live-undo", error="; ".join(undo_errors), **base)
+            raise RollbackFailed(
+                f"live apply failed ({why}); the old config is back in {path}, but undoing the live change failed: "
+                f"{'; '.join(undo_errors)}. State: CT {self.ct} runs with a device program that differs from "
+                f"its config (LXF121); restart it to load the old config.") from None
+        self.journal.record(event="rolled-back", live=True, **base)
+        if not running:
+            return f"CT {self.ct} is STOPPED (it stopped during the apply); its config is the old one"
+        return f"CT {self.ct} still runs, without a restart, with its previous device rules"
 
     def restore(self, path_shown: str, to: str | None = None, restart: bool = True) -> ApplyResult:
         """`lxcfix rollback`: put a backup (default: the newest) back over the
@@ -357,6 +396,49 @@ class Applier:
                                          f"start with it: {e}. State: config restored, container STOPPED; "
                                          f"the config before the rollback is in {saved}") from None
             return ApplyResult("restored", backup, False, True, f"{path_shown} restored from {backup}")
+
+
+class LiveChange:
+    """Runs LiveOps against a running container, remembering what it did so
+    undo() can put the previous program back."""
+
+    def __init__(self, transport, backend, ct: str, ops):
+        self.transport, self.backend, self.ct, self.ops = transport, backend, ct, ops
+        self.done: list[tuple[str, str, str]] = []  # (verb, what, dest)
+
+    def _check(self, result, what: str) -> None:
+        if not result.ok:
+            tail = (result.stderr or result.stdout).strip().splitlines()[-1:] or [f"exit {result.rc}"]
+            raise ApplyFailed(f"live change failed at {what}: {tail[0]}")
+
+    def run(self) -> None:
+        t, b, ct = self.transport, self.backend, self.ct
+        # Allow the new before taking out the old: the device is never denied more than before.
+        for rule in self.ops.allow:
+            self._check(b.cgroup_set(t, ct, "devices.allow", rule), f"devices.allow {rule}")
+            self.done.append(("allow", rule, ""))
+        for g in self.ops.create:
+            dest = "/" + g.target.lstrip("/")
+            self._check(b.device_add(t, ct, g.path, dest), f"lxc-device add {g.path}")
+            self.done.append(("create", g.path, dest))
+        for rule in self.ops.deny:
+            self._check(b.cgroup_set(t, ct, "devices.deny", rule), f"devices.deny {rule}")
+            self.done.append(("deny", rule, ""))
+
+    def undo(self) -> list[str]:
+        errors = []
+        t, b, ct = self.transport, self.backend, self.ct
+        for verb, what, dest in reversed(self.done):
+            if verb == "allow":
+                r = b.cgroup_set(t, ct, "devices.deny", what)
+            elif verb == "deny":
+                r = b.cgroup_set(t, ct, "devices.allow", what)
+            else:
+                r = b.device_del(t, ct, dest)
+            if not r.ok:
+                errors.append(f"undo {verb} {what}: {(r.stderr or r.stdout).strip()[:200]}")
+        self.done = []
+        return errors
 
 
 @contextmanager

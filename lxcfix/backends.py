@@ -28,8 +28,28 @@ def _listdir(transport: Transport, path: str) -> list[str]:
         return []
 
 
+class LiveTools:
+    """Changing a running container in place, through LXC's command socket
+    (Proxmox's containers are LXC containers named by vmid)."""
+
+    def lxc_args(self, ct: str) -> list[str]:
+        raise NotImplementedError
+
+    def init_pid(self, t: Transport, ct: str) -> int | None:
+        return _init_pid(t, self.lxc_args(ct))
+
+    def cgroup_set(self, t: Transport, ct: str, key: str, value: str) -> Result:
+        return t.run(["lxc-cgroup", *self.lxc_args(ct), key, value])
+
+    def device_add(self, t: Transport, ct: str, path: str, dest: str) -> Result:
+        return t.run(["lxc-device", *self.lxc_args(ct), "add", path, dest])
+
+    def device_del(self, t: Transport, ct: str, dest: str) -> Result:
+        return t.run(["lxc-device", *self.lxc_args(ct), "del", dest])
+
+
 @dataclass
-class Proxmox:
+class Proxmox(LiveTools):
     name = "pve"
     flavor = "pve"
     pve_dir: str = field(default_factory=lambda: env_path("LXCFIX_PVE_DIR", "/etc/pve"))
@@ -79,9 +99,13 @@ class Proxmox:
     def cgroup(self, ct: str) -> str:
         return f"/sys/fs/cgroup/lxc/{self.validate(ct)}"
 
+    def lxc_args(self, ct: str) -> list[str]:
+        """A Proxmox container is an LXC container named by its vmid in the default lxcpath."""
+        return ["-n", self.validate(ct)]
+
 
 @dataclass
-class Lxc:
+class Lxc(LiveTools):
     name = "lxc"
     flavor = "lxc"
     lxcpath: str = field(default_factory=lambda: env_path("LXCFIX_LXC_PATH", "/var/lib/lxc"))
@@ -122,6 +146,15 @@ class Lxc:
 
     def cgroup(self, ct: str) -> str:
         return f"/sys/fs/cgroup/lxc.payload.{self.validate(ct)}"
+
+    def lxc_args(self, ct: str) -> list[str]:
+        return ["-n", self.validate(ct), "-P", self.lxcpath]
+
+
+def _init_pid(t: Transport, lxc_args: list[str]) -> int | None:
+    r = t.run(["lxc-info", *lxc_args, "-p", "-H"])
+    text = r.stdout.strip()
+    return int(text) if r.ok and text.isdigit() else None
 
 
 def detect(transport: Transport) -> Proxmox | Lxc:

@@ -77,6 +77,8 @@ def _print_findings(findings, ct_label: bool = True, evidence: bool = False) -> 
                 out.print(Text(f"{pad}  evidence: {e}", style="dim"))
         if f.fix:
             out.print(Text(f"{pad}  fix: {f.fix}", style="green"))
+        if f.live_fixable:
+            out.print(Text(f"{pad}  fixable live, without a restart: lxcfix apply --ct {f.ct} --live", style="green"))
 
 
 def _print_diff(diff: str) -> None:
@@ -193,12 +195,15 @@ def apply(
     dry_run: bool = typer.Option(False, "--dry-run", help="Show the diff and the steps; change nothing."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask."),
     no_restart: bool = typer.Option(False, "--no-restart", help="Write the config only."),
+    live: bool = typer.Option(False, "--live", help="Fix the running container in place, without a restart."),
     style: str = StyleOpt,
 ) -> None:
-    """Back up, write atomically, restart, verify; roll back on any failure."""
+    """Back up, write atomically, restart (or --live: change it in place), verify; roll back on any failure."""
     target = repair.open_target(root, host)
     if root is not None and not no_restart:
         raise BadInput("--root edits a snapshot: add --no-restart (there is no container to restart)")
+    if live and (root is not None or no_restart):
+        raise BadInput("--live changes a running container in place: not with --root or --no-restart")
     rep, c = repair.one(target, ct, style)
     p = c.plan
     if p.is_empty:
@@ -210,8 +215,18 @@ def apply(
         f"back up to {os.path.join(state, 'backups', ct)}/<time>-{p.digest[:12]}.conf (0600)",
         f"write {p.path} atomically (temp file, fsync, re-parse, rename)",
     ]
-    if not no_restart:
-        steps += [f"restart CT {ct} if it runs, wait until it is up", "verify: re-plan clean",
+    if live:
+        ops = repair.live_ops(target, c, rep.facts)
+        if ops.refuse:
+            raise BadInput(f"--live cannot do this change: {ops.refuse}")
+        steps += [f"change the running CT {ct}: " + "; ".join(
+            [f"lxc-cgroup devices.allow '{r}'" for r in ops.allow]
+            + [f"lxc-device add {g.path}" for g in ops.create]
+            + [f"lxc-cgroup devices.deny '{r}'" for r in ops.deny]),
+            "verify: probe inside, init PID unchanged, running allowlist equals the config",
+            "on failure: undo the live change, restore the backup, exit 4"]
+    elif not no_restart:
+        steps += [f"restart CT {ct} if it runs, wait until it is up", "verify: probe inside and re-plan clean",
                   "on failure: restore the backup, restart, exit 4"]
     _print_diff(p.diff())
     err.print(Text(f"style: {p.style} ({p.style_reason})", style="dim"))
@@ -225,7 +240,7 @@ def apply(
             raise BadInput("not a terminal and no --yes: refusing to change anything (the diff is above)")
         if not typer.confirm(f"apply this change to CT {ct}?", default=False):
             raise BadInput("not confirmed; nothing changed")
-    result = repair.apply_plan(target, c, rep.facts, style, restart=not no_restart)
+    result = repair.apply_plan(target, c, rep.facts, style, restart=not no_restart, live=live)
     out.print(Text(f"CT {ct}: applied ({result.step_reached}); backup {result.backup_path}", style="green"))
     raise typer.Exit(ExitCode.CLEAN)
 

@@ -12,10 +12,11 @@ import os
 from dataclasses import dataclass
 from typing import Callable
 
-from . import ctconfig, gather
+from . import ctconfig, gather, liveplan
 from .apply import Applier, Host, default_state_dir, wait_until
 from .backends import Lxc, Proxmox, detect
 from .errors import BadInput
+from .liveplan import LiveOps
 from .model import ApplyResult, Finding, HostFacts
 from .plan import STYLES, make_plan
 from .scan import CtReport, HostReport, scan_host
@@ -132,9 +133,42 @@ def applier(target: Target, ct: str) -> Applier:
     )
 
 
+def live_ops(target: Target, c: CtReport, facts: HostFacts) -> LiveOps:
+    """The live operations equal to this plan's config change (liveplan.live_ops)."""
+    loader = gather.include_loader(target.transport)
+
+    def ctx(data: bytes):
+        cfg = ctconfig.parse(data, target.backend.flavor, c.plan.path)
+        return gather.context(facts, gather.Loaded(c.ct, c.plan.path, cfg), loader)
+
+    return liveplan.live_ops(ctx(c.plan.before), ctx(c.plan.after))
+
+
 def apply_plan(target: Target, c: CtReport, facts: HostFacts, style: str = "auto", restart: bool = True,
-               before_write: Callable[[str], None] | None = None) -> ApplyResult:
-    """Back up, write atomically, restart if it ran, verify; roll back on failure."""
+               before_write: Callable[[str], None] | None = None, live: bool = False) -> ApplyResult:
+    """Back up, write atomically, restart if it ran (or, live, change the running
+    container in place), verify; roll back on failure."""
+    if live:
+        if not target.live:
+            raise BadInput("--live changes a running container: not with --root")
+        ops = live_ops(target, c, facts)
+        if ops.refuse:
+            raise BadInput(f"--live cannot do this change: {ops.refuse}")
+        pid = target.backend.init_pid(target.transport, c.ct)
+        check = verifier(target, c.ct, style, c, facts)
+
+        def verify() -> list[Finding]:
+            found = check()
+            now = target.backend.init_pid(target.transport, c.ct)
+            if now != pid:
+                found.append(Finding("LXF301", "error", c.ct, f"init PID changed ({pid} -> {now}): the container "
+                                     "restarted during a live apply", host=c.host))
+            return found
+
+        return applier(target, c.ct).apply(
+            c.plan, replan=replanner(target, c.ct, style, facts, c.plan.path),
+            restart=False, verify=verify, before_write=before_write, live=ops,
+        )
     restart = restart and target.live
     verify = verifier(target, c.ct, style, c, facts) if restart else None
     return applier(target, c.ct).apply(

@@ -12,7 +12,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field, replace
 
-from . import gather
+from . import ctconfig, gather
+from .liveplan import live_ops
 from .backends import Lxc, Proxmox
 from .errors import LxcfixError
 from .model import Finding, HostFacts, Plan
@@ -73,8 +74,21 @@ def analyze_container(facts: HostFacts, loaded: gather.Loaded, loader, style: st
     except Exception as e:  # a bug in one container's analysis must not end a fleet scan
         return CtReport(facts.host, loaded.ct, loaded.path, tuple(run_rules(ctx)) + tuple(extra),
                         error=f"internal error planning this container: {e!r}", node=loaded.node, status=status)
+    if status == "running" and not plan.is_empty:
+        findings = mark_live_fixable(ctx, plan, findings)
     return CtReport(facts.host, loaded.ct, loaded.path, tuple(findings) + tuple(extra), plan,
                     node=loaded.node, status=status)
+
+
+# What a live apply repairs when the plan's change can be made live.
+LIVE_FIXABLE = frozenset({"LXF100", "LXF101", "LXF102", "LXF110", "LXF200", "LXF210", "LXF211"})
+
+
+def mark_live_fixable(ctx: Context, plan: Plan, findings) -> tuple[Finding, ...]:
+    after = ctx.with_config(ctconfig.parse(plan.after, ctx.config.flavor, ctx.config.path))
+    ops = live_ops(ctx, after)
+    ok = ops.refuse is None
+    return tuple(replace(f, live_fixable=ok) if f.code in LIVE_FIXABLE else f for f in findings)
 
 
 @dataclass(frozen=True)

@@ -18,10 +18,9 @@ from ..effective import Given, OwnRule
 from ..model import DeviceNode
 
 
-# Static misc devices that containers often mknod themselves (common.conf allows
-# `c *:* m`), and LXC's own common.conf allows fuse without passing it: an allow
-# rule for them without a mount is normal, not a mistake.
-MKNOD_USUAL = frozenset({"tun", "fuse", "kvm"})
+# LXC's own common.conf allows fuse without passing it in (Proxmox adds the mount
+# for `features: fuse=1`): a fuse rule without a mount is LXC's default, not a mistake.
+MKNOD_USUAL = frozenset({"fuse"})
 
 
 @dataclass(frozen=True)

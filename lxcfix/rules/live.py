@@ -25,8 +25,9 @@ def differences(ctx) -> tuple[list[str], list[str]] | None:
     if live is None or (live.program is not None and live.program.unknown):
         return None
     ruleset = ctx.effective.ruleset
-    want = [_key(sr.rule) for sr in ruleset.rules] if ruleset.has_program else None
-    have = [_key(r) for r in live.program.rules] if live.program is not None else None
+    # One polarity is compiled, so order does not change what the program allows.
+    want = sorted(map(_key, (sr.rule for sr in ruleset.rules)), key=repr) if ruleset.has_program else None
+    have = sorted(map(_key, live.program.rules), key=repr) if live.program is not None else None
     if want is None and have is None:
         return None
     if want is not None and have is not None and want == have and ruleset.mode == live.program.mode:
