@@ -24,7 +24,7 @@ from .facts import version_tuple
 from .model import DeviceNode, Plan
 from .rules import Context, run_rules
 from .rules.allowlist import analyze
-from .rules.hygiene import convertible, v1_on_v2, v1_without_twin
+from .rules.hygiene import convertible, pinned_dynamic, v1_on_v2, v1_without_twin
 
 STYLES = ("auto", "devn", "path", "numeric")
 ALLOW = "lxc.cgroup2.devices.allow"
@@ -141,6 +141,11 @@ def make_plan(ctx: Context, requested: str = "auto") -> Plan:
         elif g.via == "mount":
             add_rules.append(g.node)
 
+    if requested == "devn":
+        _migrate_to_devn(ctx, needs, replace_at, drop, add_devs)
+    elif requested == "path":
+        _migrate_to_path(ctx, needs, replace_at)
+
     for u in needs.unpassed:
         for n in u.nodes:
             if style == "devn":
@@ -170,7 +175,8 @@ def make_plan(ctx: Context, requested: str = "auto") -> Plan:
             new = ctconfig.add(new, key, value, near=V2_KEYS)
     if add_devs:
         n0 = _next_devn(new)
-        devs = [{"key": f"dev{n0 + i}", "path": n.path, "options": []} for i, n in enumerate(_unique(add_devs))]
+        devs = [{"key": f"dev{n0 + i}", "path": n.path, "options": devn_options(n)}
+                for i, n in enumerate(_unique(add_devs))]
         rendered = render.render("devn", None, devs=devs)
         new = ctconfig.insert_after(new, _devn_anchor(new), rendered)
 
@@ -196,6 +202,63 @@ def _convert_v1(ctx: Context) -> CtConfig:
         for r in todo:
             cfg = ctconfig.add(cfg, r.key.replace("lxc.cgroup.", "lxc.cgroup2."), r.value.strip(), near=V2_KEYS)
     return cfg
+
+
+def devn_options(node: DeviceNode) -> list[tuple[str, str]]:
+    """What a devN entry needs to look like the host's node inside: Proxmox
+    creates it 0660 root:root unless told (pve-container's
+    create_passthrough_device_node); NVIDIA's nodes are 0666."""
+    opts = []
+    if node.uid:
+        opts.append(("uid", str(node.uid)))
+    if node.gid:
+        opts.append(("gid", str(node.gid)))
+    mode = node.mode & 0o7777
+    if mode and mode != 0o660:
+        opts.append(("mode", f"0{mode:o}"))
+    return opts
+
+
+def _matches(rule, node: DeviceNode) -> bool:
+    return (rule.kind == node.kind and rule.major == node.major and rule.minor in (None, node.minor))
+
+
+def _numeric_allows(ctx: Context):
+    return [r for r in ctx.effective.own_rules
+            if r.key == ALLOW and r.rule is not None and r.rule.path is None and r.rule.major is not None]
+
+
+def _migrate_to_devn(ctx: Context, needs, replace_at: dict, drop: set, add_devs: list) -> None:
+    """--style devn asked for: every node passed in by its own bind mount and
+    allowed by a numeric rule becomes a devN entry; rules left serving nothing go."""
+    broken = {id(g) for g in needs.denied} | {id(g) for s in needs.stale for g in s.given}
+    given = [g for g in ctx.effective.given if g.node is not None]
+    for g in given:
+        if g.via == "mount" and g.from_dir is None and id(g) not in broken:
+            add_devs.append(g.node)
+            drop.add(g.index)
+    remaining = [g for g in given if not (g.via == "mount" and g.index in drop)]
+    for r in _numeric_allows(ctx):
+        if r.index in replace_at:
+            continue
+        if any(_matches(r.rule, g.node) for g in given) and not any(_matches(r.rule, g.node) for g in remaining):
+            replace_at[r.index] = []
+            # Its cgroup v1 twin (dual-stack configs) goes with it.
+            for twin in ctx.effective.own_rules:
+                if twin.v1 and twin.key.endswith("allow") and twin.value.strip() == r.value.strip():
+                    replace_at[twin.index] = []
+
+
+def _migrate_to_path(ctx: Context, needs, replace_at: dict) -> None:
+    """--style path asked for: numeric rules pinning a dynamic major become
+    path-form rules for the nodes passed in, which LXC resolves at every start."""
+    given = [g for g in ctx.effective.given if g.node is not None]
+    for r in _numeric_allows(ctx):
+        if r.index in replace_at or pinned_dynamic(ctx, r.rule) is None:
+            continue
+        paths = sorted({g.path for g in given if _matches(r.rule, g.node)})
+        if paths:
+            replace_at[r.index] = [(r.key, f"{p} {r.rule.access}") for p in paths]
 
 
 def _unique(nodes) -> list[DeviceNode]:

@@ -24,8 +24,8 @@ def removed(plan) -> list[str]:
     return [l[1:] for l in plan.diff().splitlines() if l.startswith("-") and not l.startswith("---")]
 
 
-def replan(plan, flavor="pve", facts=None):
-    return make_plan(make_ctx(plan.after, flavor=flavor, facts=facts), plan.style)
+def replan(plan, flavor="pve", facts=None, requested=None):
+    return make_plan(make_ctx(plan.after, flavor=flavor, facts=facts), requested or plan.style)
 
 
 def test_stale_major_numeric_moves_the_rule_in_place():
@@ -36,15 +36,48 @@ def test_stale_major_numeric_moves_the_rule_in_place():
     assert replan(plan).is_empty
 
 
-def test_stale_major_devn_replaces_rule_and_mounts_with_devn_entries():
-    plan = make_plan(make_ctx(GPU), "devn")
-    assert added(plan) == ["dev0: /dev/nvidia-uvm", "dev1: /dev/nvidia-uvm-tools"]
+def test_stale_major_auto_devn_replaces_only_the_broken_pairs():
+    facts = make_facts(pve_version="8.3.0")
+    plan = make_plan(make_ctx(GPU, facts=facts), "auto")
+    assert plan.style == "devn"
+    # mode=0666: Proxmox would create the node 0660 root:root, and NVIDIA's nodes are 0666.
+    assert added(plan) == ["dev0: /dev/nvidia-uvm,mode=0666", "dev1: /dev/nvidia-uvm-tools,mode=0666"]
     assert removed(plan) == [
         "lxc.cgroup2.devices.allow: c 508:* rwm",
         "lxc.mount.entry: /dev/nvidia-uvm dev/nvidia-uvm none bind,optional,create=file",
         "lxc.mount.entry: /dev/nvidia-uvm-tools dev/nvidia-uvm-tools none bind,optional,create=file",
     ]
+    assert replan(plan, facts=facts, requested="auto").is_empty
+
+
+def test_explicit_devn_migrates_every_allow_and_mount_pair():
+    plan = make_plan(make_ctx(GPU.replace("c 508:* rwm", "c 511:* rwm")), "devn")
+    assert added(plan) == ["dev0: /dev/nvidia0,mode=0666", "dev1: /dev/nvidiactl,mode=0666",
+                           "dev2: /dev/nvidia-uvm,mode=0666", "dev3: /dev/nvidia-uvm-tools,mode=0666"]
+    assert not [l for l in plan.after.decode().splitlines() if l.startswith("lxc.")]
     assert replan(plan).is_empty
+
+
+def test_devn_keeps_uid_gid_and_mode_of_the_host_node():
+    from lxcfix.model import DeviceNode
+    nodes = {"/dev/dri/renderD128": DeviceNode("/dev/dri/renderD128", "c", 226, 128, 0o20660, 0, 104),
+             "/dev/dri/card0": DeviceNode("/dev/dri/card0", "c", 226, 0, 0o20660, 0, 44)}
+    facts = make_facts(nodes=nodes)
+    text = ("lxc.cgroup2.devices.allow: c 226:* rwm\n"
+            "lxc.mount.entry: /dev/dri/renderD128 dev/dri/renderD128 none bind,optional,create=file\n")
+    plan = make_plan(make_ctx(text, facts=facts), "devn")
+    assert added(plan) == ["dev0: /dev/dri/renderD128,gid=104"]
+    assert removed(plan) == ["lxc.cgroup2.devices.allow: c 226:* rwm",
+                             "lxc.mount.entry: /dev/dri/renderD128 dev/dri/renderD128 none bind,optional,create=file"]
+
+
+def test_explicit_path_style_converts_pinned_dynamic_majors():
+    plan = make_plan(make_ctx(GPU.replace("c 508:* rwm", "c 511:* rwm")), "path")
+    assert removed(plan) == ["lxc.cgroup2.devices.allow: c 511:* rwm"]
+    assert added(plan) == ["lxc.cgroup2.devices.allow: /dev/nvidia-uvm rwm",
+                           "lxc.cgroup2.devices.allow: /dev/nvidia-uvm-tools rwm"]
+    assert replan(plan).is_empty
+    assert [f.code for f in replan(plan).findings] == []  # LXF103 gone
 
 
 def test_stale_major_path_style():
@@ -61,13 +94,13 @@ def test_tun_gets_its_exact_minor_never_10_star():
 
 
 def test_tun_devn_and_path():
-    assert added(make_plan(make_ctx(TUN), "devn")) == ["dev0: /dev/net/tun"]
+    assert added(make_plan(make_ctx(TUN), "devn")) == ["dev0: /dev/net/tun,mode=0666"]
     assert added(make_plan(make_ctx(TUN), "path")) == ["lxc.cgroup2.devices.allow: /dev/net/tun rwm"]
 
 
 def test_devn_numbers_after_existing_entries():
     plan = make_plan(make_ctx("dev3: /dev/dri/renderD128\n" + TUN), "devn")
-    assert added(plan) == ["dev4: /dev/net/tun"]
+    assert added(plan) == ["dev4: /dev/net/tun,mode=0666"]
 
 
 def test_v1_keys_become_v2_in_place_but_never_an_allow_all():
