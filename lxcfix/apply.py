@@ -156,7 +156,7 @@ class Journal:
 
     def record(self, **event) -> None:
         os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
-        event = {"time": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), **event}
+        event = {"time": dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds"), **event}
         line = json.dumps(event, sort_keys=True) + "\n"
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
