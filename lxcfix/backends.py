@@ -142,7 +142,7 @@ class Lxc(LiveTools):
         return r.stdout.strip().lower() if r.ok else "unknown"
 
     def exec(self, t: Transport, ct: str) -> ContainerExec:
-        return ContainerExec(inner=t, ct=self.validate(ct), backend="lxc")
+        return ContainerExec(inner=t, ct=self.validate(ct), backend="lxc", lxcpath=self.lxcpath)
 
     def cgroup(self, ct: str) -> str:
         return f"/sys/fs/cgroup/lxc.payload.{self.validate(ct)}"

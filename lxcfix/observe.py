@@ -35,8 +35,18 @@ class ProbeFailed(RuntimeError):
 
 
 def read_live(t: Transport, backend, ct: str) -> Live | None:
-    """The program on the container's limit cgroup; None when it cannot be read."""
-    for cgroup in bpf.cgroup_candidates(backend.name, ct):
+    """The program on the container's limit cgroup; None when it cannot be read.
+    The init's own /proc/<pid>/cgroup comes first: LXC nests the container
+    under the monitor's cgroup on some hosts (seen on a real GPU host:
+    /sys/fs/cgroup/process_api/core/lxc.payload.NAME)."""
+    proc_cgroup = None
+    pid = backend.init_pid(t, ct)
+    if pid is not None:
+        try:
+            proc_cgroup = t.read(f"/proc/{pid}/cgroup").decode("utf-8", "replace")
+        except OSError:
+            pass
+    for cgroup in bpf.cgroup_candidates(backend.name, ct, proc_cgroup=proc_cgroup):
         out = bpf.read_programs(t, cgroup)
         if out.status in ("progs", "none"):
             return Live(cgroup, bpf.effective_of(out))

@@ -134,6 +134,7 @@ class ContainerExec:
     inner: Transport
     ct: str
     backend: str  # "pve" -> pct exec, "lxc" -> lxc-attach
+    lxcpath: str | None = None  # lxc-attach -P, when not the default
 
     @property
     def name(self) -> str:
@@ -142,7 +143,8 @@ class ContainerExec:
     def wrap(self, argv: Sequence[str]) -> list[str]:
         if self.backend == "pve":
             return ["pct", "exec", self.ct, "--", *argv]
-        return ["lxc-attach", "-n", self.ct, "--", *argv]
+        where = ["-P", self.lxcpath] if self.lxcpath else []
+        return ["lxc-attach", "-n", self.ct, *where, "--", *argv]
 
     def run(self, argv: Sequence[str], *, input: str | None = None, timeout: float | None = 60) -> Result:
         return self.inner.run(self.wrap(argv), input=input, timeout=timeout)

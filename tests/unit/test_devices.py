@@ -131,3 +131,12 @@ def test_path_rules_resolve_at_start_and_vanish_when_missing():
 ])
 def test_overbroad(text, broad):
     assert bool(devices.is_overbroad(parse_rule(text))) is broad
+
+
+def test_container_exec_argv():
+    from lxcfix.backends import Lxc, Proxmox
+    from lxcfix.transport import Local
+
+    assert Lxc(lxcpath="/srv/lxc").exec(Local(), "web").wrap(["id"]) == \
+        ["lxc-attach", "-n", "web", "-P", "/srv/lxc", "--", "id"]
+    assert Proxmox().exec(Local(), "200").wrap(["id"]) == ["pct", "exec", "200", "--", "id"]

@@ -1,0 +1,281 @@
+#!/usr/bin/env python3
+"""Offline fleet scan: `lxcfix scan --root DIR --no-probe --json` over a
+synthetic Proxmox VE host snapshot of N container configs (default 10,000),
+through the real CLI, R times. Prints median/min wall time, configs/s, the
+target (median <= 2 s for 10,000 configs) with PASS/MISS, the same scan of
+1,000 configs for scaling, and floors for context (interpreter + imports,
+grep over the same files). --profile adds a per-phase breakdown and cProfile
+tables of one in-process run.
+
+    python3 bench/offline_scan.py                # N=10000, R=5
+    python3 bench/offline_scan.py --profile      # + where the time goes
+    python3 bench/offline_scan.py -n 2000 -r 3 --small 500 --keep /tmp/snap
+
+Figures are measured in this one run; nothing is asserted. Exit 0 unless the
+scan itself fails (wrong container count, crash).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import cProfile
+import io
+import json
+import os
+import pstats
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _common as C  # noqa: E402
+
+TARGET_S = 2.0
+TARGET_N = 10_000
+
+
+def scan_argv(root: str) -> list[str]:
+    return C.lxcfix_argv() + ["scan", "--root", root, "--no-probe", "--json"]
+
+
+def sanity(root: str, n: int) -> dict:
+    """One untimed run with the JSON parsed: every config must be there."""
+    p = subprocess.run(scan_argv(root), capture_output=True, stdin=subprocess.DEVNULL, timeout=900)
+    if p.returncode not in (0, 1):
+        raise SystemExit(f"scan of {n} configs exited {p.returncode}: {p.stderr.decode(errors='replace')[-2000:]}")
+    doc = json.loads(p.stdout)
+    got = len(doc["containers"])
+    if got != n or doc["summary"]["containers"] != n:
+        raise SystemExit(f"scan saw {got} containers (summary {doc['summary']['containers']}), expected {n}")
+    internal = sum(1 for c in doc["containers"] if c.get("error"))
+    planned = sum(1 for c in doc["containers"] if c.get("plan"))
+    doc["_bench"] = {"exit": p.returncode, "internal_errors": internal, "planned": planned,
+                     "json_bytes": len(p.stdout)}
+    return doc
+
+
+def time_scan(root: str, reps: int) -> tuple[list[float], list[float]]:
+    walls, cpus = [], []
+    for _ in range(reps):
+        walls.append(C.timed_run(scan_argv(root), ok_codes=(0, 1))[0])
+        cpus.append(C.last_cpu)
+    return walls, cpus
+
+
+def report_size(label: str, n: int, times: list[float], cpus: list[float]) -> float:
+    m = C.med(times)
+    print(f"   {label}: wall median {C.s(m)}, min {C.s(min(times))}, max {C.s(max(times))} "
+          f"over {len(times)} runs; {n / m:,.0f} configs/s (median)")
+    print(f"   {' ' * len(label)}  CPU (user+sys) median {C.s(C.med(cpus))}, min {C.s(min(cpus))}; "
+          f"{n / C.med(cpus):,.0f} configs per CPU-second; {C.load()}")
+    return m
+
+
+def phases(root: str) -> None:
+    """Wall time per phase of one in-process scan, through the library (no profiler overhead)."""
+    try:
+        from lxcfix import gather, repair, report
+        from lxcfix.plan import make_plan
+    except Exception as e:  # the library moves under us: say so, keep going
+        print(f"   phase breakdown unavailable: {e!r}")
+        return
+    try:
+        out = {}
+        t = time.process_time  # CPU of this process: steadier than wall time on a busy machine
+        t0 = t(); target = repair.open_target(root, None); out["open target"] = t() - t0
+        tr, be = target.transport, target.backend
+        t0 = t(); facts = gather.host_facts(tr, be); out["host facts"] = t() - t0
+        t0 = t(); listed = be.list(tr); out["list configs (listdir)"] = t() - t0
+        loader = gather.include_loader(tr)
+        t0 = t(); loaded = [gather.load_container(tr, be, ct, p) for ct, p in listed.items()]
+        out["read + parse configs"] = t() - t0
+        t0 = t(); ctxs = [gather.context(facts, ld, loader) for ld in loaded if ld.config is not None]
+        out["effective config (includes, rules replay)"] = t() - t0
+        t0 = t(); plans = [make_plan(c, "auto") for c in ctxs]; out["rules + plan (make_plan)"] = t() - t0
+        t0 = t(); diffs = [p.diff() for p in plans]; out["unified diffs"] = t() - t0
+        rep = repair.scan(target, None, "auto", probe=False)
+        t0 = t(); doc = report.document("scan", [rep]); out["report.document (incl. diffs again)"] = t() - t0
+        t0 = t(); text = json.dumps(doc, indent=2); out["json.dumps"] = t() - t0
+        total = sum(out.values())
+        print(f"   phase breakdown (CPU time), one in-process pass over {len(listed)} configs "
+              f"(phases run one after the other; sum {C.s(total)}):")
+        for k, v in out.items():
+            print(f"     {k:<44} {v:7.3f} s  {100 * v / total:5.1f}%")
+        del diffs, text, doc, rep, plans, ctxs, loaded
+    except Exception as e:
+        print(f"   phase breakdown failed: {e!r}")
+        return
+    # Garbage collection: the scan keeps every parsed config alive, so full collections get dearer.
+    try:
+        import gc
+
+        state = {"t": 0.0, "t0": 0.0, "n": [0, 0, 0]}
+
+        def cb(phase, info):
+            if phase == "start":
+                state["t0"] = time.perf_counter()
+            else:
+                state["t"] += time.perf_counter() - state["t0"]
+                state["n"][info["generation"]] += 1
+
+        gc.collect()
+        gc.callbacks.append(cb)
+        try:
+            w0, c0 = time.perf_counter(), time.process_time()
+            rep = repair.scan(repair.open_target(root, None), None, "auto", probe=False)
+            json.dumps(report.document("scan", [rep]), indent=2)
+            wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+        finally:
+            gc.callbacks.remove(cb)
+        print(f"   one whole in-process scan + JSON: wall {C.s(wall)}, CPU {C.s(cpu)}; garbage collector "
+              f"{C.s(state['t'])} ({100 * state['t'] / cpu:.0f}% of CPU; collections gen0/1/2: "
+              f"{'/'.join(map(str, state['n']))})")
+    except Exception as e:
+        print(f"   phase breakdown failed: {e!r}")
+
+
+def profile(root: str, top: int = 15) -> None:
+    import lxcfix.cli as cli  # imported before profiling: import time is its own figure
+
+    prof = cProfile.Profile()
+    sink = io.StringIO()
+    t0 = time.perf_counter()
+    with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(io.StringIO()):
+        prof.enable()
+        try:
+            cli.main(["scan", "--root", root, "--no-probe", "--json"])
+        except SystemExit:
+            pass
+        finally:
+            prof.disable()
+    wall = time.perf_counter() - t0
+    total = max(ct for _, _, ct, _ in _rows(prof, "cumulative", 1))  # the root call: cli.main
+    print(f"   cProfile of one in-process `lxcfix.cli.main(['scan', '--root', DIR, '--no-probe', '--json'])`: "
+          f"{C.s(wall)} wall under the profiler (imports excluded; the profiler slows Python code ~2x)")
+    tables = (("cumulative", "cumulative", False), ("cumulative", "cumulative, lxcfix functions only", True),
+              ("tottime", "own time (tottime)", False))
+    for key, title, own_only in tables:
+        print(f"\n   top {top} by {title} (% = of cli.main's {total:.3f} s):")
+        print(f"     {'ncalls':>12} {'tottime':>8} {'cumtime':>8} {'%cum':>6} {'%own':>6}  function")
+        for nc, tt, ct, name in _rows(prof, key, top, own_only):
+            print(f"     {nc:>12} {tt:8.3f} {ct:8.3f} {100 * ct / total:5.1f}% {100 * tt / total:5.1f}%  {name}")
+
+
+def _rows(prof: cProfile.Profile, key: str, top: int, own_only: bool = False):
+    st = pstats.Stats(prof)
+    items = []
+    for (fn, line, func), (cc, nc, tt, ct, _callers) in st.stats.items():
+        if own_only and ("lxcfix" not in fn.replace("\\", "/").split("/") or fn.endswith("cli.py")):
+            continue
+        short = f"{_short(fn)}:{line}({func})"
+        items.append((f"{nc}" if nc == cc else f"{nc}/{cc}", tt, ct, short))
+    idx = 2 if key == "cumulative" else 1
+    items.sort(key=lambda r: r[idx], reverse=True)
+    return items[:top]
+
+
+def _short(fn: str) -> str:
+    if fn == "~":
+        return "~"
+    parts = fn.replace("\\", "/").split("/")
+    if "lxcfix" in parts:
+        return "/".join(parts[parts.index("lxcfix"):])
+    return "/".join(parts[-2:])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("-n", type=int, default=TARGET_N, help="configs in the big snapshot (default 10000)")
+    ap.add_argument("--small", type=int, default=1000, help="configs in the scaling snapshot (0: skip)")
+    ap.add_argument("-r", "--reps", type=int, default=5, help="timed runs per size (default 5)")
+    ap.add_argument("--profile", action="store_true", help="phase breakdown + cProfile top 15")
+    ap.add_argument("--seed", type=int, default=8)
+    ap.add_argument("--keep", metavar="DIR", help="generate into DIR and keep it (default: a temp dir, removed)")
+    a = ap.parse_args()
+
+    C.header("lxcfix offline scan benchmark")
+    print(f"   CLI: {' '.join(C.lxcfix_argv())} scan --root DIR --no-probe --json (stdout to /dev/null)")
+    base = a.keep or tempfile.mkdtemp(prefix="lxcfix-bench-scan-")
+    os.makedirs(base, exist_ok=True)
+    try:
+        sizes = [a.n] + ([a.small] if a.small else [])
+        roots = {}
+        for n in sizes:
+            root = os.path.join(base, f"host-{n}")
+            if os.path.exists(root):
+                shutil.rmtree(root)
+            t0 = time.perf_counter()
+            counts = C.make_pve_snapshot(root, n, seed=a.seed)
+            size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(os.path.join(root, "etc"))
+                       for f in fs)
+            print(f"\n-- snapshot of {n:,} configs in {root}: {size / 1e6:.1f} MB of config, "
+                  f"made in {C.s(time.perf_counter() - t0)}")
+            if n == a.n:
+                print("   mix: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+            roots[n] = root
+
+        results, cpu_results = {}, {}
+        for n in sizes:
+            doc = sanity(roots[n], n)
+            b, sm = doc["_bench"], doc["summary"]
+            print(f"\n-- {n:,} configs: sanity run ok (exit {b['exit']}): {sm['containers']} containers, "
+                  f"{sm['error']} errors, {sm['warning']} warnings, {sm['info']} info; "
+                  f"{b['planned']} with a plan; {b['internal_errors']} internal errors; "
+                  f"JSON {b['json_bytes'] / 1e6:.1f} MB")
+            times, cpus = time_scan(roots[n], a.reps)
+            results[n] = report_size(f"scan {n:,}", n, times, cpus)
+            cpu_results[n] = C.med(cpus)
+
+        print("\n-- floors, for context")
+        imp = [C.timed_run([sys.executable, "-c", "import lxcfix.cli"])[0] for _ in range(a.reps)]
+        print(f"   python3 -c 'import lxcfix.cli' (interpreter + imports): median {C.s(C.med(imp))}")
+        floor_argv = C.lxcfix_argv() + ["scan", "--root", os.path.join(base, "no-such-dir"), "--no-probe", "--json"]
+        floor = [C.timed_run(floor_argv, ok_codes=(2,))[0] for _ in range(a.reps)]
+        print(f"   lxcfix scan --root NO-SUCH-DIR (CLI start-up floor: imports incl. typer's lazy ones, "
+              f"arg parsing, exit 2): median {C.s(C.med(floor))}")
+        grep = [C.timed_run(["grep", "-rc", "devices.allow", os.path.join(roots[a.n], "etc/pve")], ok_codes=(0, 1))[0]
+                for _ in range(a.reps)]
+        print(f"   grep -rc devices.allow over the {a.n:,} configs (what an admin reaches for; "
+              f"reads every file, understands nothing): median {C.s(C.med(grep))}; "
+              f"lxcfix is {results[a.n] / C.med(grep):.0f}x that")
+
+        print("\n-- scaling")
+        if a.small and a.small in results:
+            big, small = results[a.n], results[a.small]
+            per = (big - small) / (a.n - a.small)
+            fixed = big - per * a.n
+            print(f"   {a.n:,} / {a.small:,} configs: {big / small:.2f}x the wall time "
+                  f"({cpu_results[a.n] / cpu_results[a.small]:.2f}x the CPU time) for {a.n / a.small:.0f}x the configs")
+            print(f"   marginal cost {per * 1e3:.3f} ms/config; fixed cost (start-up, facts) ~{C.s(max(fixed, 0))}"
+                  f" (CLI start-up floor {C.s(C.med(floor))})")
+            print(f"   budget left for the configs at {TARGET_N:,}: {TARGET_S:.1f} s - floor {C.med(floor):.3f} s = "
+                  f"{TARGET_S - C.med(floor):.3f} s, i.e. <= {(TARGET_S - C.med(floor)) / TARGET_N * 1e3:.3f} ms/config "
+                  f"(now {per * 1e3:.3f})")
+            if a.n != TARGET_N:
+                print(f"   extrapolated to {TARGET_N:,}: {C.s(fixed + per * TARGET_N)}")
+
+        m = results[a.n]
+        print(f"\n-- target: {TARGET_N:,} configs, median <= {TARGET_S:.1f} s on this {os.cpu_count()}-core machine")
+        if a.n == TARGET_N:
+            print(f"   median {C.s(m)} vs {TARGET_S:.1f} s: {C.verdict(m, TARGET_S)} "
+                  f"({m / TARGET_S:.2f}x the budget); CPU time alone {C.s(cpu_results[a.n])}: "
+                  f"{C.verdict(cpu_results[a.n], TARGET_S)}")
+        else:
+            print(f"   (ran -n {a.n}, not {TARGET_N:,}: no verdict)")
+
+        if a.profile:
+            print("\n-- where the time goes")
+            phases(roots[a.n])
+            print()
+            profile(roots[a.n])
+    finally:
+        if not a.keep:
+            shutil.rmtree(base, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
