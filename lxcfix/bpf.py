@@ -393,6 +393,13 @@ class LxcDeviceList:
         self.mode: Mode = "allowlist"
         self.entries: list[_Entry] = []  # LXC list order: head (newest) first
 
+    def copy(self) -> "LxcDeviceList":
+        """An independent copy (entries are flipped in place by later lines)."""
+        dl = LxcDeviceList()
+        dl.mode = self.mode
+        dl.entries = [_Entry(e.kind, e.major, e.minor, e.access, e.allow, e.origin) for e in self.entries]
+        return dl
+
     def _emitted(self, e: _Entry) -> bool:  # bpf_device_add
         return e.allow == (self.mode == "allowlist")
 

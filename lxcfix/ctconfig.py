@@ -14,10 +14,11 @@ are never rebuilt.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from dataclasses import dataclass, replace
-from typing import Iterable, Iterator, Literal
+from typing import Iterable, Iterator, Literal, NamedTuple
 
 Flavor = Literal["pve", "lxc"]
 
@@ -31,9 +32,9 @@ _SECTION = re.compile(r"^\[([^\]]*)\]\s*$")
 MAIN = None  # the section of lines before the first "[name]"
 
 
-@dataclass(frozen=True)
-class Line:
-    """One physical line. key is None for blank, comment, section and bad lines."""
+class Line(NamedTuple):
+    """One physical line. key is None for blank, comment, section and bad lines.
+    (A NamedTuple: scans build hundreds of thousands of them.)"""
 
     raw: bytes
     section: str | None
@@ -69,18 +70,28 @@ class CtConfig:
     def digest(self) -> str:
         return digest(self.raw)
 
-    def main(self) -> Iterator[tuple[int, Line]]:
+    @functools.cached_property
+    def _main(self) -> tuple[tuple[int, Line], ...]:
+        out = []
         for i, line in enumerate(self.lines):
             if line.section is not MAIN:
-                return
-            yield i, line
+                break
+            out.append((i, line))
+        return tuple(out)
+
+    @functools.cached_property
+    def _items(self) -> tuple[tuple[str, str], ...]:
+        return tuple((ln.key, ln.value) for _, ln in self._main if ln.key is not None)
+
+    def main(self) -> Iterator[tuple[int, Line]]:
+        return iter(self._main)
 
     def items(self) -> list[tuple[str, str]]:
         """(key, value) of the main section, in order; duplicates kept."""
-        return [(ln.key, ln.value) for _, ln in self.main() if ln.key is not None]
+        return list(self._items)
 
     def values(self, key: str) -> list[str]:
-        return [v for k, v in self.items() if k == key]
+        return [v for k, v in self._items if k == key]
 
     def get(self, key: str) -> str | None:
         vals = self.values(key)
@@ -124,15 +135,19 @@ def split_lines(raw: bytes) -> list[bytes]:
 
 
 def parse_line(raw: bytes, section: str | None, flavor: Flavor) -> Line:
-    text = raw.decode("utf-8", "surrogateescape").rstrip("\r\n")
-    stripped = text.strip()
-    if not stripped or stripped.startswith("#"):
+    head = raw.lstrip()[:1]
+    if not head or head == b"#":  # blank or comment: the common cheap case
         return Line(raw, section)
+    stripped = raw.decode("utf-8", "surrogateescape").strip()
     if flavor == "pve":
-        m = _SECTION.match(stripped)
-        if m:
-            return Line(raw, m.group(1), header=m.group(1))
-        m = _PVE_LXC.match(stripped) or _PVE_KEY.match(stripped)
+        if head == b"[":
+            m = _SECTION.match(stripped)
+            if m:
+                return Line(raw, m.group(1), header=m.group(1))
+        if section is not MAIN:
+            return Line(raw, section)  # snapshot/pending lines are kept, never read
+        m = _PVE_LXC.match(stripped) if stripped.startswith("lxc.") else None
+        m = m or _PVE_KEY.match(stripped)
     else:
         m = _LXC_KEY.match(stripped)
     if not m:
@@ -177,20 +192,13 @@ def _main_end(cfg: CtConfig) -> int:
     return end
 
 
-def _terminated(cfg: CtConfig, lines: list[Line], index: int) -> None:
-    """Give lines[index - 1] a line ending if it lacks one (file had no final newline)."""
-    if index > 0 and not lines[index - 1].eol:
-        prev = lines[index - 1]
-        lines[index - 1] = replace(prev, raw=prev.raw + cfg.newline)
-
-
 def insert_after(cfg: CtConfig, index: int, entries: Iterable[tuple[str, str]]) -> CtConfig:
     """Insert key/value lines after lines[index] (index -1: at the top)."""
     lines = list(cfg.lines)
     at = index + 1
     if at > 0 and not lines[at - 1].eol:
         # The file had no final newline: the line we append after needs one.
-        lines[at - 1] = replace(lines[at - 1], raw=lines[at - 1].raw + cfg.newline)
+        lines[at - 1] = lines[at - 1]._replace(raw=lines[at - 1].raw + cfg.newline)
     lines[at:at] = [_new_line(cfg, k, v) for k, v in entries]
     return replace(cfg, lines=tuple(lines))
 
@@ -216,7 +224,7 @@ def remove(cfg: CtConfig, index: int) -> CtConfig:
     if index == len(lines) and index > 0 and not line.eol and lines[index - 1].eol:
         # Removing a last line that had no newline: keep "no final newline".
         prev = lines[index - 1]
-        lines[index - 1] = replace(prev, raw=prev.raw[: -len(prev.eol)])
+        lines[index - 1] = prev._replace(raw=prev.raw[: -len(prev.eol)])
     return replace(cfg, lines=tuple(lines))
 
 

@@ -10,9 +10,10 @@ Pure: data in, data out.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
-from typing import Callable, Iterable, Literal, Mapping
+from typing import Callable, Iterable, Literal, Mapping, NamedTuple
 
 from .model import DeviceNode, DeviceRule, HostFacts
 
@@ -55,7 +56,12 @@ class NodeSpec:
     minor: Callable[[re.Match], int]
 
     def match(self, path: str) -> re.Match | None:
-        return re.fullmatch(self.pattern, path)
+        return _compiled(self.pattern).fullmatch(path)
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled(pattern: str) -> re.Pattern:
+    return re.compile(pattern)
 
 
 def _fixed(n: int) -> Callable[[re.Match], int]:
@@ -274,12 +280,42 @@ def is_overbroad(rule: DeviceRule) -> str | None:
 Mode = Literal["allowlist", "denylist"]
 
 
-@dataclass(frozen=True)
-class SourcedRule:
-    """A rule and where it came from ("/etc/pve/lxc/200.conf:14", "common.conf:23")."""
+class SourcedRule(NamedTuple):
+    """A rule and where it came from ("200.conf:14", "common.conf:23")."""
 
     rule: DeviceRule
     origin: str = ""
+
+
+def _new_list():
+    from .bpf import LxcDeviceList
+
+    return LxcDeviceList()
+
+
+def _replay_into(dl, lines, resolve_path) -> None:
+    for verb, value, origin in lines:
+        if not value.strip():
+            dl.entries = []
+            continue
+        dl.add(verb == "allow", value.strip(), resolve_path, origin)
+
+
+@functools.lru_cache(maxsize=64)
+def _replayed_prefix(prefix: tuple[tuple[str, str, str], ...]):
+    """The list after the shared lines; None when they hold path-form rules
+    (those resolve against facts, so they are replayed each time)."""
+    if any(v.lstrip().startswith("/") for _, v, _ in prefix):
+        return None
+    dl = _new_list()
+    _replay_into(dl, prefix, None)
+    return dl
+
+
+@functools.lru_cache(maxsize=4096)
+def _entry_rule(kind: str, major: int, minor: int, access: str, allow: bool) -> DeviceRule:
+    return DeviceRule(kind, None if major < 0 else major, None if minor < 0 else minor,
+                      "".join(c for c in "rwm" if c in access), allow=allow)
 
 
 @dataclass(frozen=True)
@@ -300,25 +336,28 @@ class RuleSet:
     has_program: bool = False
 
     @staticmethod
-    def replay(lines: Iterable[tuple[str, str] | tuple[str, str, str]], resolve_path=None) -> "RuleSet":
+    def replay(lines: Iterable[tuple[str, str] | tuple[str, str, str]], resolve_path=None,
+               shared: int = 0) -> "RuleSet":
         """lines: (verb "allow"|"deny", value[, origin]).
-        resolve_path(path) -> (kind, major, minor) | None, for path-form rules."""
-        from .bpf import LxcDeviceList
-
-        dl = LxcDeviceList()
-        for item in lines:
-            verb, value = item[0], item[1]
-            origin = item[2] if len(item) > 2 else ""
-            if not value.strip():
-                dl.entries = []
-                continue
-            dl.add(verb == "allow", value.strip(), resolve_path, origin)
+        resolve_path(path) -> (kind, major, minor) | None, for path-form rules.
+        shared: how many leading lines every container of the host has alike
+        (LXC's and Proxmox's includes): their replay is cached."""
+        lines = [item if len(item) > 2 else (item[0], item[1], "") for item in lines]
+        cached = _replayed_prefix(tuple(lines[:shared])) if shared else None
+        if cached is not None:
+            dl = cached.copy()
+            rest = lines[shared:]
+        else:
+            dl = _new_list()
+            rest = lines
+        _replay_into(dl, rest, resolve_path)
         emitted = [e for e in reversed(dl.entries) if dl._emitted(e)]
-        rules = tuple(SourcedRule(e.rule(), e.origin) for e in emitted)
+        rules = tuple(SourcedRule(_entry_rule(e.kind, e.major, e.minor, e.access, e.allow), e.origin)
+                      for e in emitted)
         return RuleSet(dl.mode, rules, bool(dl.entries))
 
     def match(self, kind: str, major: int, minor: int, access: str = "rw") -> SourcedRule | None:
-        """The rule that decides, or None when the default does."""
+        """The compiled rule that decides, or None when the default does."""
         for sr in reversed(self.rules):
             r = sr.rule
             if r.kind not in ("a", kind):

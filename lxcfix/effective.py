@@ -14,6 +14,7 @@ defaults (lxcdefaults.py) stand in then.
 
 from __future__ import annotations
 
+import functools
 import posixpath
 from dataclasses import dataclass, field
 from typing import Callable
@@ -140,14 +141,17 @@ def _expand(
             fallback = builtin.get(value) if value in builtin else builtin.get(value.rstrip("/") + "/")
             files = [(value, fallback)] if fallback else []
         for name, raw in files:
-            sub = ctconfig.parse(raw, "lxc", name)
-            base = posixpath.basename(name.rstrip("/")) or name
-            sub_items = [
-                (ln.key, ln.value, f"{base}:{i + 1}")
-                for i, ln in enumerate(sub.lines) if ln.key is not None
-            ]
-            out += _expand(sub_items, load, builtin, depth + 1)
+            out += _expand(list(_include_items(name, raw)), load, builtin, depth + 1)
     return out
+
+
+@functools.lru_cache(maxsize=512)
+def _include_items(name: str, raw: bytes) -> tuple[tuple[str, str, str], ...]:
+    """An included file's (key, value, origin) lines; every container of a host
+    includes the same few files, so they are parsed once."""
+    sub = ctconfig.parse(raw, "lxc", name)
+    base = posixpath.basename(name.rstrip("/")) or name
+    return tuple((ln.key, ln.value, f"{base}:{i + 1}") for i, ln in enumerate(sub.lines) if ln.key is not None)
 
 
 def _pve_generated(cfg: CtConfig, facts: HostFacts, load: Loader) -> tuple[list, bool]:
@@ -193,9 +197,9 @@ def effective(cfg: CtConfig, facts: HostFacts, load: Loader) -> Effective:
         node = devices.resolve(path, facts)
         return (node.kind, node.major, node.minor) if node else None
 
-    ruleset = RuleSet.replay(
-        [(k.rsplit(".", 1)[1], v, o) for k, v, o in items if k in V2_KEYS], resolve_path
-    )
+    rule_lines = [(k.rsplit(".", 1)[1], v, o) for k, v, o in items if k in V2_KEYS]
+    shared = next((i for i, (_, _, o) in enumerate(rule_lines) if o.startswith(f"{name}:")), len(rule_lines))
+    ruleset = RuleSet.replay(rule_lines, resolve_path, shared=shared)
 
     line_of = {f"{name}:{i + 1}": i for i, ln in cfg.main()}
     mounts = tuple(

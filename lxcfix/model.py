@@ -180,6 +180,14 @@ class Plan:
         return self.before == self.after
 
     def diff(self) -> str:
+        # Frozen, so the text is cached in __dict__ by hand (pickling keeps it).
+        cached = self.__dict__.get("_diff")
+        if cached is None:
+            cached = self._make_diff()
+            object.__setattr__(self, "_diff", cached)
+        return cached
+
+    def _make_diff(self) -> str:
         if self.is_empty:
             return ""
         a = self.before.decode("utf-8", "surrogateescape").splitlines(keepends=True)

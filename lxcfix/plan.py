@@ -23,7 +23,6 @@ from .errors import BadInput
 from .facts import version_tuple
 from .model import DeviceNode, Plan
 from .rules import Context, run_rules
-from .rules.allowlist import analyze
 from .rules.hygiene import convertible, pinned_dynamic, v1_on_v2, v1_without_twin
 
 STYLES = ("auto", "devn", "path", "numeric")
@@ -108,7 +107,7 @@ def make_plan(ctx: Context, requested: str = "auto") -> Plan:
         ctx = ctx.with_config(converted)
     cfg = ctx.config
     facts = ctx.facts
-    needs = analyze(ctx)
+    needs = ctx.needs
 
     replace_at: dict[int, list[tuple[str, str]]] = {}  # line index -> new lines in its place
     drop: set[int] = set()

@@ -16,8 +16,6 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-import jinja2
-
 from . import devices
 
 
@@ -54,7 +52,9 @@ def _load(name: str):
 
 
 @functools.lru_cache(maxsize=1)
-def environment() -> jinja2.Environment:
+def environment():
+    import jinja2  # only plans that add lines render: keep it off the start-up path
+
     return jinja2.Environment(
         loader=jinja2.FunctionLoader(_load),
         undefined=jinja2.StrictUndefined,

@@ -9,6 +9,9 @@ an unreachable host a finding for the host; nothing here raises for them.
 
 from __future__ import annotations
 
+import concurrent.futures
+import multiprocessing
+import os
 import time
 from dataclasses import dataclass, field, replace
 
@@ -108,13 +111,49 @@ def scan_host(t: Transport, backend: Proxmox | Lxc, cts: list[str] | None = None
     listed = backend.list(t)
     wanted = cts if cts else list(listed)
     loader = gather.include_loader(t)
+    enter = Enter(t, backend) if probe else None
+    workers = _workers(len(wanted)) if enter is None and not facts.nodes_known else 1
+    if workers > 1:
+        reports = _analyze_in_processes(facts, [(ct, listed.get(ct)) for ct in wanted], t, backend, style, workers)
+        return HostReport(t.name, backend.name, facts, tuple(reports), seconds=time.monotonic() - start)
     loaded_all = [gather.load_container(t, backend, ct, listed.get(ct)) for ct in wanted]
     if facts.nodes_known:
         sources = [p for ld in loaded_all if ld.config is not None for p in gather.mount_sources(ld.config)]
         extra = {p: n for p, n in gather.source_nodes(t, sources).items() if p not in facts.nodes}
         if extra:
             facts = replace(facts, nodes={**facts.nodes, **extra})
-    reports = []
-    for loaded in loaded_all:
-        reports.append(analyze_container(facts, loaded, loader, style, Enter(t, backend) if probe else None))
+    reports = [analyze_container(facts, loaded, loader, style, enter) for loaded in loaded_all]
     return HostReport(t.name, backend.name, facts, tuple(reports), seconds=time.monotonic() - start)
+
+
+# Below this many configs a second process costs more than it saves.
+PARALLEL_MIN = 1500
+
+
+def _workers(n: int) -> int:
+    if n < PARALLEL_MIN or os.environ.get("LXCFIX_WORKERS") == "1":
+        return 1
+    return max(1, min(len(os.sched_getaffinity(0)), 8, n // (PARALLEL_MIN // 2)))
+
+
+def _analyze_chunk(args) -> list[CtReport]:
+    facts, chunk, transport, backend, style = args
+    loader = gather.include_loader(transport)
+    out = []
+    for ct, path in chunk:
+        report = analyze_container(facts, gather.load_container(transport, backend, ct, path), loader, style)
+        if report.plan is not None:
+            report.plan.diff()  # computed here, in parallel; it travels back with the plan
+        out.append(report)
+    return out
+
+
+def _analyze_in_processes(facts, targets, transport, backend, style, workers) -> list[CtReport]:
+    """Reading and analysing configs offline is CPU work: spread it over the
+    cores (fork, so workers start with everything imported). Order is kept."""
+    size = -(-len(targets) // workers)
+    chunks = [targets[i:i + size] for i in range(0, len(targets), size)]
+    ctx = multiprocessing.get_context("fork")
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+        parts = pool.map(_analyze_chunk, [(facts, chunk, transport, backend, style) for chunk in chunks])
+        return [r for part in parts for r in part]

@@ -5,6 +5,7 @@ RULES is an explicit tuple: the order findings come out in is the order here.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 
 from ..ctconfig import CtConfig
@@ -24,6 +25,13 @@ class Context:
     probe: ProbeResult | None = None
     live: object | None = None  # rules.live.Live: the device program read from the running container
     load: object | None = None  # include loader, so a planner can re-read an edited config
+
+    @functools.cached_property
+    def needs(self):
+        """allowlist.analyze(self), computed once: the checks and the planner all read it."""
+        from .allowlist import analyze
+
+        return analyze(self)
 
     def with_config(self, config: CtConfig) -> "Context":
         """The same container with another config (the planner's intermediate steps)."""

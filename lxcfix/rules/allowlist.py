@@ -105,7 +105,7 @@ def _names(ctx, major: int) -> str:
 
 
 def check(ctx) -> list:
-    needs = analyze(ctx)
+    needs = ctx.needs
     eff = ctx.effective
     out = []
     allowed = eff.ruleset.describe("c")

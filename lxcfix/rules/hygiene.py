@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from .. import devices
 from ..bpf import parse_lxc_value
-from .allowlist import analyze
 
 # Nodes that exist whenever the host is up: a mount of them cannot fail at start.
 ALWAYS_PRESENT = frozenset({"tun", "fuse", "kvm"})
@@ -54,7 +53,7 @@ def check(ctx) -> list:
     out = []
     eff = ctx.effective
     path = ctx.config.path
-    stale_rules = {s.rule.index for s in analyze(ctx).stale}
+    stale_rules = {s.rule.index for s in ctx.needs.stale}
     ignored = {r.index for r in v1_without_twin(eff)} if v1_on_v2(ctx) else set()
     for r in eff.own_rules:
         where = f"{path}:{r.index + 1}: {r.key}: {r.value}"
