@@ -20,7 +20,9 @@ from rich.table import Table
 from rich.text import Text
 
 from . import __version__, report
-from . import repair
+from . import audit as audit_mod
+from . import hook as hook_mod
+from . import hostfix, repair
 from .apply import default_state_dir
 from .errors import BadInput, ExitCode, LxcfixError
 from .gather import host_facts
@@ -34,10 +36,6 @@ app = typer.Typer(
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
-AUDIT_CODES = {
-    "reboot": ("LXF103", "LXF111", "LXF112", "LXF102", "LXF104", "LXF101", "LXF300"),
-    "driver-upgrade": ("LXF103", "LXF111", "LXF112", "LXF102", "LXF104", "LXF101", "LXF212"),
-}
 
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan", "ok": "green"}
 
@@ -267,32 +265,112 @@ def audit(
     inventory: Optional[str] = typer.Option(None, "--inventory"),
     host: Optional[List[str]] = HostOpt,
     for_: str = typer.Option("reboot", "--for", help="reboot or driver-upgrade"),
+    to_driver: Optional[str] = typer.Option(None, "--to-driver", help="NVIDIA version the upgrade installs."),
+    no_probe: bool = typer.Option(False, "--no-probe", help="Do not enter running containers."),
     as_json: bool = typer.Option(False, "--json"),
+    markdown: Optional[str] = typer.Option(None, "--markdown", help="Also write a change-ticket report to FILE ('-': stdout)."),
+    fmt: str = typer.Option("table", "--format", help="table, json or markdown"),
 ) -> None:
-    """What breaks on the next reboot or driver upgrade, and what to change first."""
-    if for_ not in AUDIT_CODES:
+    """What breaks on the next reboot or driver upgrade, and the exact change that prevents it."""
+    if for_ not in audit_mod.FOR:
         raise BadInput(f"unknown --for {for_!r}: use reboot or driver-upgrade")
+    if fmt not in ("table", "json", "markdown"):
+        raise BadInput(f"unknown --format {fmt!r}: use table, json or markdown")
     if inventory is not None:
         raise BadInput("--inventory: fleet audits over SSH are not in this build")
     target = repair.open_target(root, host)
-    rep = repair.scan(target, None)
-    codes = AUDIT_CODES[for_]
-    kept = [
-        type(c)(c.host, c.ct, c.path, tuple(f for f in c.findings if f.code in codes), c.plan, c.node)
-        for c in rep.containers
-    ]
-    audited = HostReport(rep.host, rep.backend, rep.facts, tuple(kept), rep.error, rep.seconds)
-    if as_json:
-        doc = report.document("audit", [audited])
-        doc["for"] = for_
-        _json(doc)
+    rep = repair.scan(target, None, probe=not no_probe)
+    result = audit_mod.audit([rep], for_, new_driver=to_driver,
+                             boot_nodes={rep.host: hostfix.unit_installed(target)})
+    flags = {rep.host: f"--root {root}" if root else ""}
+    if markdown is not None:
+        text = audit_mod.to_markdown(result, host_flags=flags)
+        if markdown == "-":
+            fmt = "markdown"
+        else:
+            try:
+                with open(markdown, "w", encoding="utf-8") as f:
+                    f.write(text)
+            except OSError as e:
+                raise BadInput(f"--markdown {markdown}: {e.strerror or e}") from None
+    fmt = "json" if as_json else fmt
+    if fmt == "json":
+        _json(audit_mod.to_json(result))
+    elif fmt == "markdown":
+        sys.stdout.write(audit_mod.to_markdown(result, host_flags=flags))
     else:
-        at_risk = [c for c in kept if c.findings]
-        out.print(Text(f"audit for {for_} on {rep.host}: {len(at_risk)} of {len(kept)} containers at risk",
-                       style="bold"))
-        for c in at_risk:
-            _print_findings(c.findings)
-    raise typer.Exit(_exit_for([audited]))
+        _print_audit(result, for_)
+    if result.items:
+        raise typer.Exit(ExitCode.PENDING)
+    raise typer.Exit(ExitCode.UNREACHABLE if any(h.error for h in result.hosts) else ExitCode.CLEAN)
+
+
+def _print_audit(result, for_: str) -> None:
+    s = audit_mod.summary(result)
+    hosts = ", ".join(h.host for h in result.hosts)
+    out.print(Text(f"audit for {for_} on {hosts}: {s['will']} will break, {s['may']} may break, "
+                   f"of {s['containers']} containers", style="bold"))
+    for i in result.items:
+        line = Text(f"{i.ct:>8}  ")
+        line.append(f"{i.code} ", style="bold")
+        line.append(f"{i.outcome:<5}", style="bold red" if i.outcome == "will" else "yellow")
+        line.append(i.why + (f" [{i.device}]" if i.device else ""))
+        out.print(line)
+        where = f"in {i.path}:" if i.kind == "config" else "run on the host:" if i.kind == "command" else "do:"
+        out.print(Text(f"          {where}", style="dim"))
+        for text in i.change.splitlines():
+            out.print(Text(f"            {text}", style="green" if text.startswith("+")
+                           else "red" if text.startswith("-") else None))
+
+
+@app.command("host-fix")
+def host_fix(
+    root: Optional[str] = RootOpt, host: Optional[List[str]] = HostOpt,
+    dry_run: bool = typer.Option(False, "--dry-run"), yes: bool = typer.Option(False, "--yes", "-y"),
+    no_enable: bool = typer.Option(False, "--no-enable"), now: bool = typer.Option(False, "--now"),
+    modprobe: str = typer.Option(hostfix.MODPROBE, "--nvidia-modprobe"),
+    gpu: Optional[List[int]] = typer.Option(None, "--gpu", help="GPU minor (repeat)"),
+) -> None:
+    """Install a systemd unit that creates the NVIDIA nodes at boot, before guests start (LXF112)."""
+    target = repair.open_target(root, host)
+    plan = hostfix.plan_host_unit(host_facts(target.transport, target.backend), hostfix.read_existing(target),
+                                  modprobe=modprobe, gpu_minors=gpu or None)
+    for n in plan.notes:
+        err.print(Text(f"note: {n}", style="dim"))
+    _print_diff(plan.diff())
+    if dry_run:
+        out.print("\nsteps host-fix would take:")
+        for k, step in enumerate(hostfix.host_unit_steps(target, plan, enable=not no_enable, now=now), 1):
+            out.print(f"  {k}. {step}")
+        raise typer.Exit(ExitCode.CLEAN if plan.is_empty else ExitCode.PENDING)
+    if not plan.is_empty and not yes:
+        if not sys.stdin.isatty():
+            raise BadInput("not a terminal and no --yes: refusing to change anything (the diff is above)")
+        if not typer.confirm(f"install {plan.path}?", default=False):
+            raise BadInput("not confirmed; nothing changed")
+    r = hostfix.apply_host_unit(target, plan, enable=not no_enable, now=now)
+    out.print(Text(f"{hostfix.UNIT_NAME}: {r.step_reached}" + (f"; backup {r.backup_path}" if r.backup_path else "")
+                   + (f" ({r.message})" if r.message else ""), style="green"))
+    raise typer.Exit(ExitCode.CLEAN)
+
+
+@app.command("hook")
+def hook(
+    vmid: Optional[str] = typer.Argument(None), phase: Optional[str] = typer.Argument(None),
+    mode: str = typer.Option("fail", "--mode", help="fail: refuse the start; heal: fix and go on"),
+    style: str = StyleOpt,
+    print_snippet: bool = typer.Option(False, "--print-snippet", help="Print the hookscript snippet to install."),
+) -> None:
+    """Proxmox VE hookscript: pct set VMID --hookscript local:snippets/lxcfix-hook.sh"""
+    if print_snippet:
+        sys.stdout.write(hook_mod.snippet(mode))
+        raise typer.Exit(ExitCode.CLEAN)
+    if vmid is None or phase is None:
+        raise BadInput("usage: lxcfix hook [--mode fail|heal] VMID PHASE")
+    res = hook_mod.run_hook(vmid, phase, mode, style=style)
+    if res.message:  # plain text: Proxmox shows it in the task log
+        (sys.stderr if res.stream == "stderr" else sys.stdout).write(res.message + "\n")
+    raise typer.Exit(res.exit_code)
 
 
 @app.command()

@@ -1,0 +1,184 @@
+"""lxcfix as a Proxmox hookscript, called the way Proxmox calls it: the pct shim
+generates /var/lib/lxc/<vmid>/config, runs `<snippet> <vmid> pre-start`
+(non-zero aborts the start), starts, then runs `<snippet> <vmid> post-start`.
+
+The moved major is simulated: a driverless node (free dynamic major M)
+bind-mounted as dev/nvidia-uvm, a /proc/devices text naming M nvidia-uvm, and a
+config that still pins M-1. Each start that succeeds is checked for an attached
+BPF device program, so a silently ignored rule cannot pass.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from lxcfix import hook
+
+from . import harness
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    """lxcfix's state and lock dirs, and the shim's snippets dir, in tmp_path."""
+    for key, sub in (("LXCFIX_STATE_DIR", "state"), ("LXCFIX_LOCK_DIR", "lock"), ("PCT_SHIM_SNIPPETS", "snippets")):
+        (tmp_path / sub).mkdir()
+        monkeypatch.setenv(key, str(tmp_path / sub))
+    return tmp_path
+
+
+@pytest.fixture
+def moved(tmp_path, monkeypatch):
+    """(node, M): a driverless node with major M, which /proc/devices (as lxcfix reads it) names nvidia-uvm."""
+    major = harness.free_char_major(511)
+    (tmp_path / "devs").mkdir()
+    node = harness.mknod(str(tmp_path / "devs" / "nvidia-uvm"), major, 0)
+    proc = tmp_path / "proc-devices"
+    proc.write_text(f"Character devices:\n  1 mem\n  5 /dev/tty\n 10 misc\n136 pts\n195 nvidia\n{major} nvidia-uvm\n\n"
+                    "Block devices:\n  8 sd\n")
+    monkeypatch.setenv("LXCFIX_PROC_DEVICES", str(proc))
+    return node, major
+
+
+def install_snippet(env: Path, mode: str, *extra: str) -> Path:
+    """The packaged snippet, running this checkout's lxcfix with this interpreter."""
+    path = env / "snippets" / "lxcfix-hook.sh"
+    path.write_text(hook.snippet(mode, [sys.executable, "-m", "lxcfix.hook", *extra]))
+    path.chmod(0o755)
+    return path
+
+
+def pinned_ct(pve, node, major, *extra_lines, start=False, hooked=True):
+    return pve.make_ct(["hookscript: local:snippets/lxcfix-hook.sh"] * hooked +
+                       [f"lxc.cgroup2.devices.allow: c {major - 1}:* rwm",
+                        f"lxc.mount.entry: {node} dev/nvidia-uvm none bind,create=file",
+                        *extra_lines], start=start)
+
+
+def journal(env: Path) -> list[dict]:
+    path = env / "state" / "journal.jsonl"
+    return [json.loads(l) for l in path.read_text().splitlines()] if path.exists() else []
+
+
+def generated(ct) -> str:
+    return Path(ct.config_path).read_text()
+
+
+def test_fail_mode_refuses_the_start_and_changes_nothing(pve, env, moved):
+    node, major = moved
+    install_snippet(env, "fail")
+    ct = pinned_ct(pve, node, major)
+    before = Path(ct.conf_path).read_bytes()
+
+    r = pve.pct("start", ct.vmid, timeout=60)
+    assert r.rc != 0
+    assert f"hookscript error for {ct.vmid} on pre-start" in r.stderr
+    assert f"Run: lxcfix apply --ct {ct.vmid}" in r.stderr and "LXF101" in r.stderr
+    assert not ct.running()
+    assert Path(ct.conf_path).read_bytes() == before
+    assert f"c {major - 1}:* rwm" in generated(ct)  # the generated config is left as Proxmox wrote it
+    assert not (env / "state" / "backups").exists()
+    (event,) = [e for e in journal(env) if e["event"] == "hook-pre-start"]
+    assert (event["decision"], event["codes"], event["ct"]) == ("blocked", ["LXF101"], ct.vmid)
+
+
+@pytest.mark.parametrize("style", ["numeric", "auto"])
+def test_heal_mode_fixes_both_configs_and_the_container_starts(pve, env, moved, style):
+    node, major = moved
+    install_snippet(env, "heal", "--style", style)
+    ct = pinned_ct(pve, node, major)
+    before = Path(ct.conf_path).read_bytes()
+
+    r = pve.pct("start", ct.vmid, timeout=90)
+    assert r.rc == 0, r.stdout + r.stderr
+    assert f"CT {ct.vmid}: healed LXF101" in r.stdout + r.stderr
+    # Persisted for the next starts, and applied to the config this start used.
+    want_pve, want_gen = ((f"lxc.cgroup2.devices.allow: c {major}:* rwm", f"lxc.cgroup2.devices.allow = c {major}:* rwm")
+                          if style == "numeric" else
+                          (f"lxc.cgroup2.devices.allow: {node} rwm", f"lxc.cgroup2.devices.allow = {node} rwm"))
+    conf = Path(ct.conf_path).read_text()
+    assert want_pve in conf and f"c {major - 1}:* rwm" not in conf
+    assert want_gen in generated(ct) and f"c {major - 1}:*" not in generated(ct)
+    # The container runs with the fix: the cgroup lets the node through, no driver answers.
+    assert ct.running() and ct.bpf_attached()
+    assert harness.open_errno(ct, "/dev/nvidia-uvm") == "ENXIO"
+
+    backups = list((env / "state" / "backups" / ct.vmid).iterdir())
+    assert len(backups) == 1 and backups[0].read_bytes() == before
+    events = journal(env)
+    assert [e["event"] for e in events] == ["backup", "written", "done", "hook-heal-generated",
+                                            "hook-pre-start", "hook-post-start"]
+    pre = events[4]
+    assert (pre["decision"], pre["codes"], pre["mode"]) == ("healed", ["LXF101"], "heal")
+    post = events[5]
+    assert post["ct"] == ct.vmid and post["status"] == "running"
+    assert post["errors"] == [] and "LXF200" not in post["codes"]  # the probe inside saw ENXIO, not EPERM
+
+    # The next start needs nothing: the hook passes, no new backup.
+    ct.stop()
+    r = pve.pct("start", ct.vmid, timeout=90)
+    assert r.rc == 0, r.stderr
+    assert ct.bpf_attached() and harness.open_errno(ct, "/dev/nvidia-uvm") == "ENXIO"
+    assert [e["decision"] for e in journal(env) if e["event"] == "hook-pre-start"] == ["healed", "ok"]
+    assert len(list((env / "state" / "backups" / ct.vmid).iterdir())) == 1
+
+
+def test_heal_mode_refuses_what_a_config_change_cannot_fix(pve, env, moved):
+    """A node missing on the host (LXF112) is not healed by editing configs: nothing changes."""
+    node, major = moved
+    install_snippet(env, "heal")
+    absent = f"/dev/lxcfix-absent-{harness.RUN_ID}"
+    assert not os.path.exists(absent)
+    ct = pinned_ct(pve, node, major, f"lxc.mount.entry: {absent} dev/absent none bind,optional,create=file")
+    before = Path(ct.conf_path).read_bytes()
+    r = pve.pct("start", ct.vmid, timeout=60)
+    assert r.rc != 0 and "cannot heal LXF112" in r.stderr, r.stderr
+    assert Path(ct.conf_path).read_bytes() == before and not ct.running()
+    assert not (env / "state" / "backups").exists()
+    assert [e["decision"] for e in journal(env) if e["event"] == "hook-pre-start"] == ["heal-failed"]
+
+
+def test_heal_failure_restores_both_configs(pve, env, moved, monkeypatch):
+    """The generated config cannot be written: the Proxmox config, already healed, is
+    restored, and the hook exits 4 (the start is refused)."""
+    node, major = moved
+    ct = pinned_ct(pve, node, major, start=True, hooked=False)  # a plain start writes the generated config
+    assert ct.bpf_attached() and harness.open_errno(ct, "/dev/nvidia-uvm") == "EPERM"
+    ct.stop()
+    before, gen_before = Path(ct.conf_path).read_bytes(), Path(ct.config_path).read_bytes()
+
+    real = hook.write_atomic
+    calls = []
+
+    def broken_once(path, data, flavor, **kw):
+        calls.append(path)
+        if len(calls) == 1:
+            raise OSError(28, "No space left on device")
+        return real(path, data, flavor, **kw)
+
+    monkeypatch.setattr(hook, "write_atomic", broken_once)
+    result = hook.run_hook(ct.vmid, "pre-start", "heal", style="numeric")
+    assert result.exit_code == 4 and result.action == "heal-failed", result
+    assert "both configs are restored" in result.message
+    assert Path(ct.conf_path).read_bytes() == before
+    assert Path(ct.config_path).read_bytes() == gen_before
+    events = [e["event"] for e in journal(env)]
+    assert events == ["backup", "written", "done", "hook-heal-rolled-back", "hook-pre-start"]
+
+
+def test_post_start_never_fails_and_records_the_probe(pve, env, moved):
+    """Called after a start the hook did not check: the probe sees EPERM, the
+    journal says so, the exit is still 0."""
+    node, major = moved
+    ct = pinned_ct(pve, node, major, start=True, hooked=False)
+    assert ct.bpf_attached()
+    result = hook.run_hook(ct.vmid, "post-start", "fail")
+    assert result.exit_code == 0
+    (event,) = [e for e in journal(env) if e["event"] == "hook-post-start"]
+    assert "LXF200" in event["errors"] and "/dev/nvidia-uvm" in event["devices"]
+    assert hook.run_hook(ct.vmid, "pre-stop", "fail").exit_code == 0
+    assert hook.run_hook(ct.vmid, "post-stop", "heal").exit_code == 0
