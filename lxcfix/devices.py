@@ -162,14 +162,23 @@ class CatalogNode:
     minor: int
 
 
-def lookup(path: str, facts: HostFacts) -> CatalogNode | None:
+@functools.lru_cache(maxsize=4096)
+def _catalog_match(path: str) -> tuple[Profile, int] | None:
+    """(profile, canonical minor) for a node path; the host's facts give the major."""
     for profile in CATALOG:
         for spec in profile.nodes:
             m = spec.match(path)
             if m:
-                major = profile.major(facts)
-                return CatalogNode(path, profile, major, spec.minor(m))
+                return profile, spec.minor(m)
     return None
+
+
+def lookup(path: str, facts: HostFacts) -> CatalogNode | None:
+    hit = _catalog_match(path)
+    if hit is None:
+        return None
+    profile, minor = hit
+    return CatalogNode(path, profile, profile.major(facts), minor)
 
 
 def profile_for_major(major: int, facts: HostFacts, minor: int | None = None) -> Profile | None:
