@@ -92,9 +92,13 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def write_atomic(path: str, data: bytes, flavor: str, expect_digest: str | None = None,
-                 mode: int | None = None) -> None:
-    """Temp file beside `path`, fsync, re-parse, compare-and-swap, rename."""
+def write_atomic(path: str, data: bytes, flavor: str | None = None, expect_digest: str | None = None,
+                 mode: int | None = None, step: str = "temp-written") -> None:
+    """Temp file beside `path`, fsync, read back (and re-parse, for a container
+    config of `flavor`), compare-and-swap, rename, fsync the directory: `path`
+    holds the old bytes or the new ones, never a mix. expect_digest: the SHA-1
+    `path` must hold now (of b"" when it must be absent). mode: for a new file;
+    an existing file keeps its mode and owner."""
     directory = os.path.dirname(path) or "."
     tmp = os.path.join(directory, f".{os.path.basename(path)}.lxcfix-{os.getpid()}.tmp")
     st = None
@@ -114,12 +118,15 @@ def write_atomic(path: str, data: bytes, flavor: str, expect_digest: str | None 
             os.chown(tmp, st.st_uid, st.st_gid)
         with open(tmp, "rb") as f:
             written = f.read()
-        if written != data or ctconfig.serialize(ctconfig.parse(written, flavor)) != data:
+        if written != data or (flavor and ctconfig.serialize(ctconfig.parse(written, flavor)) != data):
             raise ApplyFailed(f"{tmp}: written bytes do not read back; nothing replaced")
-        checkpoint("temp-written")
+        checkpoint(step)
         if expect_digest is not None:
-            with open(path, "rb") as f:
-                now = ctconfig.digest(f.read())
+            try:
+                with open(path, "rb") as f:
+                    now = ctconfig.digest(f.read())
+            except FileNotFoundError:
+                now = ctconfig.digest(b"")
             if now != expect_digest:
                 raise Refused(f"{path} changed while lxcfix was working (digest {now[:12]}, "
                               f"expected {expect_digest[:12]}); nothing written, re-run to re-plan")

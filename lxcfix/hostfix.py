@@ -38,6 +38,7 @@ from .apply import (
     checkpoint,
     config_lock,
     default_state_dir,
+    write_atomic,
 )
 from .errors import ApplyFailed, BadInput, Refused, RollbackFailed
 from .model import ApplyResult, HostFacts, Plan, Result
@@ -200,38 +201,9 @@ def _lock_path() -> str:
 # ---------------------------------------------------------------- the write
 
 def write_file_atomic(path: str, data: bytes, mode: int = 0o644, expect_digest: str | None = None) -> None:
-    """Temp file beside `path`, fsync, read back, compare-and-swap, rename, fsync
-    the directory: `path` holds the old bytes or the new ones, never a mix.
-    expect_digest: what `path` must hold now (digest of b"" for "absent")."""
-    directory = os.path.dirname(path) or "."
-    os.makedirs(directory, mode=0o755, exist_ok=True)
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.lxcfix-{os.getpid()}.tmp")
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        st = None
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, st.st_mode & 0o7777 if st is not None else mode)
-        if st is not None and os.geteuid() == 0:
-            os.chown(tmp, st.st_uid, st.st_gid)
-        with open(tmp, "rb") as f:
-            if f.read() != data:
-                raise ApplyFailed(f"{tmp}: written bytes do not read back; nothing replaced")
-        checkpoint("host-unit-temp-written")
-        if expect_digest is not None:
-            now = ctconfig.digest(_read(path) or b"")
-            if now != expect_digest:
-                raise Refused(f"{path} changed while lxcfix was working; nothing written, re-run to re-plan")
-        os.replace(tmp, path)
-        _fsync_dir(directory)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    """apply.write_atomic for a unit file (no config re-parse); creates the directory."""
+    os.makedirs(os.path.dirname(path) or ".", mode=0o755, exist_ok=True)
+    write_atomic(path, data, None, expect_digest=expect_digest, mode=mode, step="host-unit-temp-written")
 
 
 def _read(path: str) -> bytes | None:
