@@ -7,6 +7,7 @@ failed and was rolled back, 5 rollback failed (the message says the state).
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import json
 import os
@@ -121,41 +122,77 @@ StyleOpt = typer.Option("auto", "--style", help="Fix style: auto, devn, path or 
 @app.command()
 def scan(
     root: Optional[str] = RootOpt,
-    inventory: Optional[str] = typer.Option(None, "--inventory", help="YAML inventory of hosts."),
+    inventory: Optional[str] = typer.Option(None, "--inventory", help="YAML inventory of hosts (Ansible style)."),
     host: Optional[List[str]] = HostOpt,
     ct: Optional[List[str]] = typer.Option(None, "--ct", help="Only these containers."),
     no_probe: bool = typer.Option(False, "--no-probe", help="Config and host facts only; do not enter containers."),
     as_json: bool = typer.Option(False, "--json", help="One JSON document on stdout."),
     fmt: str = typer.Option("table", "--format", help="table, json or prometheus."),
     concurrency: int = typer.Option(8, "--concurrency", min=1, max=256, help="Hosts scanned at once."),
+    accept_new: bool = typer.Option(False, "--accept-new-host-keys",
+                                    help="Trust and record unknown SSH host keys (never changed ones)."),
+    known_hosts: Optional[str] = typer.Option(None, "--known-hosts", help="known_hosts file to check against."),
+    ssh_config: Optional[str] = typer.Option(None, "--ssh-config", help="ssh config file (default ~/.ssh/config)."),
     style: str = StyleOpt,
 ) -> None:
-    """Diagnose every container on a host (or snapshot) and show what to fix."""
+    """Diagnose every container on a host, snapshot or inventory of hosts, and show what to fix."""
     if fmt not in ("table", "json", "prometheus"):
         raise BadInput(f"unknown --format {fmt!r}: use table, json or prometheus")
-    if inventory is not None:
-        raise BadInput("--inventory: fleet scans over SSH are not in this build")
     fmt = "json" if as_json else fmt
-    target = repair.open_target(root, host)
-    rep = repair.scan(target, ct, style, probe=not no_probe)
-    hosts = [rep]
+    if inventory is not None:
+        if root is not None:
+            raise BadInput("--inventory and --root: one or the other")
+        hosts = _fleet(inventory, host, ct, no_probe, concurrency, style, accept_new, known_hosts, ssh_config,
+                       show_progress=fmt == "table")
+    else:
+        target = repair.open_target(root, host)
+        hosts = [repair.scan(target, ct, style, probe=not no_probe)]
     if fmt == "json":
         _json(report.document("scan", hosts))
     elif fmt == "prometheus":
         sys.stdout.write(report.prometheus(hosts, time.time()))
     else:
-        _print_host(rep)
-        findings = [f for c in rep.containers for f in c.findings]
-        if findings:
+        for rep in hosts:
+            if rep.error:
+                out.print(Text(f"{rep.host}: unreachable (LXF301): {rep.error}", style="bold red"))
+                continue
+            _print_host(rep)
+            findings = [f for c in rep.containers for f in c.findings]
+            if findings:
+                out.print()
+                _print_findings(findings)
+            pending = [c.ct for c in rep.containers if c.plan is not None and not c.plan.is_empty]
+            if pending:
+                where = f" --root {root}" if root else (f" --host {rep.host}" if inventory else "")
+                out.print(f"fixes ready for CT {', '.join(pending)}: lxcfix plan --ct ID{where}")
             out.print()
-            _print_findings(findings)
         s = report.summary(hosts)
-        out.print(f"\n{s['containers']} containers: {s['error']} errors, {s['warning']} warnings, {s['info']} info")
-        pending = [c.ct for c in rep.containers if c.plan is not None and not c.plan.is_empty]
-        if pending:
-            out.print(f"fixes ready for CT {', '.join(pending)}: lxcfix plan --ct ID"
-                      + (f" --root {root}" if root else ""))
+        out.print(f"{len(hosts)} host(s), {s['containers']} containers: {s['error']} errors, "
+                  f"{s['warning']} warnings, {s['info']} info, {s['unreachable']} unreachable")
     raise typer.Exit(_exit_for(hosts))
+
+
+def _fleet(inventory_file, names, cts, no_probe, concurrency, style, accept_new, known_hosts, ssh_config,
+           show_progress: bool) -> list[HostReport]:
+    """Scan an inventory over SSH; a progress bar on a terminal (stderr, so stdout stays clean)."""
+    from rich.progress import Progress
+
+    from . import fleet, inventory
+
+    entries = inventory.load_file(inventory_file).select(names)
+    if not entries:
+        raise BadInput(f"{inventory_file}: no host matches {', '.join(names or []) or 'the inventory'}")
+    if cts:
+        entries = [dataclasses.replace(e, containers=tuple(cts)) for e in entries]
+    options = {"known_hosts": known_hosts, "accept_new": accept_new}
+    if ssh_config is not None:
+        options["ssh_config"] = ssh_config
+    connect = fleet.ssh_connector(**options)
+    with Progress(console=err, disable=not (show_progress and err.is_terminal), transient=True) as bar:
+        task = bar.add_task("scanning", total=len(entries))
+        return fleet.scan_fleet(entries, concurrency=concurrency, per_host=4, probe=not no_probe, style=style,
+                                progress=lambda h, done, total: bar.update(task, completed=done, description=h),
+                                connect=connect)
 
 
 @app.command()
@@ -277,12 +314,17 @@ def audit(
     if fmt not in ("table", "json", "markdown"):
         raise BadInput(f"unknown --format {fmt!r}: use table, json or markdown")
     if inventory is not None:
-        raise BadInput("--inventory: fleet audits over SSH are not in this build")
-    target = repair.open_target(root, host)
-    rep = repair.scan(target, None, probe=not no_probe)
-    result = audit_mod.audit([rep], for_, new_driver=to_driver,
-                             boot_nodes={rep.host: hostfix.unit_installed(target)})
-    flags = {rep.host: f"--root {root}" if root else ""}
+        if root is not None:
+            raise BadInput("--inventory and --root: one or the other")
+        reps = _fleet(inventory, host, None, no_probe, 8, "auto", False, None, None, show_progress=fmt == "table")
+        result = audit_mod.audit(reps, for_, new_driver=to_driver)
+        flags = {r.host: f"--host {r.host}" for r in reps}
+    else:
+        target = repair.open_target(root, host)
+        rep = repair.scan(target, None, probe=not no_probe)
+        result = audit_mod.audit([rep], for_, new_driver=to_driver,
+                                 boot_nodes={rep.host: hostfix.unit_installed(target)})
+        flags = {rep.host: f"--root {root}" if root else ""}
     if markdown is not None:
         text = audit_mod.to_markdown(result, host_flags=flags)
         if markdown == "-":

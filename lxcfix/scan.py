@@ -23,7 +23,7 @@ from .model import Finding, HostFacts, Plan
 from .observe import ProbeFailed, observe
 from .plan import make_plan
 from .rules import Context, run_rules
-from .transport import Transport
+from .transport import Local, RootDir, Transport
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,9 @@ def scan_host(t: Transport, backend: Proxmox | Lxc, cts: list[str] | None = None
     wanted = cts if cts else list(listed)
     loader = gather.include_loader(t)
     enter = Enter(t, backend) if probe else None
-    workers = _workers(len(wanted)) if enter is None and not facts.nodes_known else 1
+    # Processes only where reading configs is local work: a forked SSH connection is not shared.
+    local = isinstance(t, (Local, RootDir))
+    workers = _workers(len(wanted)) if enter is None and local and not facts.nodes_known else 1
     if workers > 1:
         reports = _analyze_in_processes(facts, [(ct, listed.get(ct)) for ct in wanted], t, backend, style, workers)
         return HostReport(t.name, backend.name, facts, tuple(reports), seconds=time.monotonic() - start)

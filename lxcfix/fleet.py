@@ -1,0 +1,414 @@
+"""Many hosts at once: an inventory in, one HostReport per host out, in inventory order.
+
+    inv = inventory.load_file("inventory/prod.yaml")
+    reports = scan_fleet(inv.hosts, concurrency=8, per_host=4, progress=bar.update)
+    reports[2] == HostReport(host="pve3", backend="unknown", facts=None, error="connection refused ...",
+                             findings=(Finding("LXF301", "error", ct="", message="connection refused ...", host="pve3"),))
+
+Per host: connect (one SSH connection, ssh.Ssh), pick the backend (the
+inventory's lxcfix_backend, else backends.detect), read the host facts once,
+then scan.scan_host() over the containers in up to `per_host` chunks at once,
+all sharing that connection and those facts. `concurrency` hosts are in
+flight at most. A host that cannot be reached, or fails in any way, becomes a
+host-level LXF301 report; the other hosts are not affected. fleet prints
+nothing: `progress(host, done, total)` is called from the calling thread after
+each host finishes.
+
+Proxmox clusters: every node sees every node's configs under
+/etc/pve/nodes/*/lxc, but device facts (majors, nodes, driver) belong to the
+node a container runs on. So when scanning a cluster member, only containers
+whose config is this node's are judged there: those under /etc/pve/lxc (on a
+real node a link to its own nodes/<node>/lxc) or /etc/pve/nodes/<node>/lxc,
+where <node> is the inventory's lxcfix_pve_node, else the host's /etc/hostname
+(`hostname` when that is unreadable), short form.
+A container on a node the inventory does not list is not judged anywhere.
+"""
+
+from __future__ import annotations
+
+import errno
+import inspect
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+
+from . import gather
+from .backends import Lxc, Proxmox, detect
+from .errors import BadInput, LxcfixError
+from .inventory import HostEntry
+from .model import Finding, Result
+from .scan import CtReport, HostReport, scan_host
+from .ssh import DEFAULT_SSH_CONFIG, Ssh, SshError
+from .transport import ContainerExec, Local, Transport
+
+Progress = Callable[[str, int, int], None]
+Connect = Callable[[HostEntry], Transport]
+
+
+# ----------------------------------------------------------------- connecting
+
+
+class SshConnector:
+    """connect(entry) for scan_fleet: Local for `ansible_connection: local`, else a connected Ssh.
+    .container(host, entry, backend, ct) reaches one container the way the inventory says.
+
+    known_hosts / accept_new are the command line's (--known-hosts, --accept-new-host-keys);
+    the inventory's lxcfix_known_hosts / lxcfix_accept_new_host_keys win for their hosts.
+    """
+
+    def __init__(self, *, known_hosts: str | None = None, accept_new: bool = False,
+                 ssh_config: str | None = DEFAULT_SSH_CONFIG, connect_timeout: float = 10.0,
+                 tries: int = 3, max_sessions: int = 8, allow_agent: bool = True, look_for_keys: bool = True):
+        self.known_hosts = known_hosts
+        self.accept_new = accept_new
+        self.ssh_config = ssh_config
+        self.connect_timeout = connect_timeout
+        self.tries = tries
+        self.max_sessions = max_sessions
+        self.allow_agent = allow_agent
+        self.look_for_keys = look_for_keys
+
+    def _ssh(self, name: str, entry: HostEntry, **kw) -> Ssh:
+        return Ssh(
+            name, key_files=[entry.key_file] if entry.key_file else [],
+            known_hosts=entry.known_hosts or self.known_hosts,
+            accept_new=self.accept_new if entry.accept_new_host_keys is None else entry.accept_new_host_keys,
+            ssh_config=self.ssh_config, connect_timeout=self.connect_timeout, tries=self.tries,
+            allow_agent=self.allow_agent, look_for_keys=self.look_for_keys, **kw)
+
+    def __call__(self, entry: HostEntry) -> Transport:
+        if entry.connection == "local":
+            return Local(name=entry.name)
+        t = self._ssh(entry.name, entry, hostname=entry.destination, port=entry.port, user=entry.user,
+                      max_sessions=self.max_sessions)
+        try:
+            return t.connect()
+        except BaseException:
+            t.close()
+            raise
+
+    def container(self, host: Transport, entry: HostEntry, backend: Proxmox | Lxc, ct: str) -> Transport:
+        """See container_transport(); the container's Ssh is not connected yet."""
+        addr = entry.ct_ssh.get(ct)
+        if entry.container_access != "exec" and addr is not None:
+            return self._ssh(f"{entry.name}/{ct}", entry, hostname=addr.host, port=addr.port,
+                             user=addr.user or entry.user, max_sessions=2)
+        if entry.container_access == "ssh":
+            raise BadInput(f"{entry.source}: host {entry.name}: lxcfix_container_access is ssh "
+                           f"but lxcfix_ct_ssh has no address for CT {ct}")
+        return backend.exec(host, ct)
+
+
+def ssh_connector(**options) -> SshConnector:
+    """SshConnector(**options): see there."""
+    return SshConnector(**options)
+
+
+def container_transport(host: Transport, entry: HostEntry, backend: Proxmox | Lxc, ct: str, *,
+                        known_hosts: str | None = None, accept_new: bool = False,
+                        ssh_config: str | None = DEFAULT_SSH_CONFIG) -> Transport:
+    """How the probe enters one container of `entry`:
+    - its own SSH when lxcfix_ct_ssh names it (and lxcfix_container_access is not exec):
+      an Ssh named "<host>/<ct>" to that address (connects on first use);
+    - else `pct exec` / `lxc-attach` through the host's transport (ContainerExec).
+    lxcfix_container_access: ssh with no address for ct is a BadInput."""
+    return SshConnector(known_hosts=known_hosts, accept_new=accept_new,
+                        ssh_config=ssh_config).container(host, entry, backend, ct)
+
+
+class _Failing:
+    """A container that cannot be entered: every command fails with the reason (exit 255),
+    so that container gets its LXF301, not the whole host."""
+
+    def __init__(self, name: str, reason: str):
+        self.name = name
+        self.reason = reason
+
+    def run(self, argv, *, input=None, timeout=60) -> Result:
+        return Result(255, "", self.reason)
+
+    def read(self, path: str) -> bytes:
+        raise OSError(errno.EHOSTUNREACH, self.reason, path)
+
+
+class _CtSsh:
+    """A container's own SSH as the probe's transport: when it cannot be reached, its commands
+    fail with the reason (that container's LXF301) instead of ending the host's scan."""
+
+    def __init__(self, ssh: Transport):
+        self.ssh = ssh
+        self.name = ssh.name
+
+    def close(self) -> None:
+        close = getattr(self.ssh, "close", None)
+        if close is not None:
+            close()
+
+    def run(self, argv, *, input=None, timeout=60) -> Result:
+        try:
+            return self.ssh.run(argv, input=input, timeout=timeout)
+        except SshError as e:
+            return Result(255, "", f"{self.name}: {e.reason}")
+
+    def read(self, path: str) -> bytes:
+        try:
+            return self.ssh.read(path)
+        except SshError as e:
+            raise OSError(errno.EHOSTUNREACH, e.reason, path) from None
+
+
+class _Routed:
+    """The host's backend, except that exec() (how the probe enters a container) follows the
+    inventory: lxcfix_ct_ssh / lxcfix_container_access. Everything else is the backend's."""
+
+    def __init__(self, backend: Proxmox | Lxc, enter: Callable[[Transport, str], Transport]):
+        self._backend = backend
+        self._enter = enter
+        self.opened: list[_CtSsh] = []
+        self._lock = threading.Lock()
+
+    def __getattr__(self, attr):
+        return getattr(self._backend, attr)
+
+    def exec(self, t: Transport, ct: str) -> Transport:
+        try:
+            target = self._enter(t, ct)
+        except LxcfixError as e:
+            return _Failing(f"{t.name}/{ct}", str(e))
+        if isinstance(target, ContainerExec):
+            return target
+        wrapped = _CtSsh(target)  # the container's own SSH
+        with self._lock:
+            self.opened.append(wrapped)
+        return wrapped
+
+    def close(self) -> None:
+        for s in self.opened:
+            s.close()
+
+
+# ----------------------------------------------------------------- one host
+
+
+def unreachable(host: str, reason: str, seconds: float = 0.0) -> HostReport:
+    """The report of a host that could not be scanned."""
+    reason = " ".join(str(reason).split()) or "unreachable"
+    return HostReport(host, backend="unknown", facts=None, error=reason, seconds=seconds,
+                      findings=(Finding("LXF301", "error", ct="", message=f"host {host} not scanned: {reason}",
+                                        host=host),))
+
+
+def pick_backend(t: Transport, entry: HostEntry) -> Proxmox | Lxc:
+    """lxcfix_backend when given, else backends.detect() (lxcfix_pve_dir / lxcfix_lxc_path honoured)."""
+    if entry.backend == "pve":
+        return Proxmox(pve_dir=entry.pve_dir) if entry.pve_dir else Proxmox()
+    if entry.backend == "lxc":
+        return Lxc(lxcpath=entry.lxc_path) if entry.lxc_path else Lxc()
+    if entry.pve_dir and _isdir(t, entry.pve_dir):
+        return Proxmox(pve_dir=entry.pve_dir)
+    found = detect(t)
+    if found.name == "lxc" and entry.lxc_path:
+        return Lxc(lxcpath=entry.lxc_path)
+    return found
+
+
+def _isdir(t: Transport, path: str) -> bool:
+    try:
+        return t.isdir(path)
+    except OSError:
+        return False
+
+
+def node_name(t: Transport, entry: HostEntry) -> str | None:
+    """This host's Proxmox node name: lxcfix_pve_node, else its /etc/hostname (a read, no
+    command), else `hostname` run on it; short form."""
+    if entry.pve_node:
+        return entry.pve_node
+    try:
+        text = t.read("/etc/hostname").decode("utf-8", "replace")
+    except OSError:
+        text = ""
+    name = text.strip().split(".")[0] if text.strip() and "\n" not in text.strip() else ""
+    if not name:
+        r = t.run(["hostname"], timeout=30)
+        name = r.stdout.strip().split(".")[0] if r.ok else ""
+    return name or None
+
+
+def own_containers(backend: Proxmox | Lxc, listed: dict[str, str], node: str | None) -> dict[str, str]:
+    """The containers judged on this host: for Proxmox, those whose config is this node's
+    (/etc/pve/lxc/..., or /etc/pve/nodes/<node>/lxc/...); every one for plain LXC."""
+    if backend.name != "pve":
+        return dict(listed)
+    return {ct: path for ct, path in listed.items() if backend.node_of(path) in (None, node)}
+
+
+class _HostView:
+    """The host's transport for the length of one scan, remembering directory listings,
+    isdir answers and file contents, so chunks scanned in parallel list and read once.
+    Commands always run. Anything else (walk_dev, ...) is the inner transport's."""
+
+    def __init__(self, inner: Transport):
+        self.inner = inner
+        self.name = inner.name
+        self._cache: dict[tuple[str, str], object] = {}
+        self._lock = threading.Lock()
+
+    def __getattr__(self, attr):
+        return getattr(self.inner, attr)
+
+    def _cached(self, kind: str, path: str, fn):
+        key = (kind, path)
+        with self._lock:
+            hit = self._cache.get(key)
+        if hit is None:
+            try:
+                hit = ("ok", fn(path))
+            except OSError as e:
+                hit = ("err", e)
+            with self._lock:
+                self._cache[key] = hit
+        if hit[0] == "err":
+            raise hit[1]
+        return hit[1]
+
+    def run(self, argv: Sequence[str], *, input: str | None = None, timeout: float | None = 60) -> Result:
+        return self.inner.run(argv, input=input, timeout=timeout)
+
+    def read(self, path: str) -> bytes:
+        if path.startswith(("/proc/", "/sys/", "/dev/")):
+            return self.inner.read(path)
+        return self._cached("read", path, self.inner.read)
+
+    def listdir(self, path: str) -> list[str]:
+        return list(self._cached("listdir", path, self.inner.listdir))
+
+    def isdir(self, path: str) -> bool:
+        return self._cached("isdir", path, self.inner.isdir)
+
+
+MAX_PER_CALL = 1000
+
+
+def _chunks(items: list[str], n: int) -> list[list[str]]:
+    n = max(1, min(n, len(items)))
+    return [items[i::n] for i in range(n)]
+
+
+def _scan_kwargs(probe: bool) -> dict:
+    """scan_host grows options over time: pass probe= only when it takes one."""
+    try:
+        params = inspect.signature(scan_host).parameters
+    except (TypeError, ValueError):
+        return {}
+    return {"probe": probe} if "probe" in params else {}
+
+
+def scan_one(entry: HostEntry, connect: Connect, *, per_host: int = 4, probe: bool = True,
+             style: str = "auto") -> HostReport:
+    """Connect, scan, close. Never raises: any failure is the host's LXF301 report."""
+    start = time.monotonic()
+    try:
+        t = connect(entry)
+    except LxcfixError as e:
+        return unreachable(entry.name, getattr(e, "reason", None) or str(e), time.monotonic() - start)
+    except Exception as e:  # a bug or an odd library error: this host's problem, not the fleet's
+        return unreachable(entry.name, f"cannot connect: {type(e).__name__}: {e}", time.monotonic() - start)
+    closers = [getattr(t, "close", None)]
+    try:
+        view = _HostView(t)
+        backend = pick_backend(view, entry)
+        facts = gather.host_facts(view, backend)
+        listed = backend.list(view)
+        node = node_name(view, entry) if backend.name == "pve" else None
+        own = own_containers(backend, listed, node)
+        wanted = [ct for ct in entry.containers if ct in own or ct not in listed] \
+            if entry.containers is not None else list(own)
+        if not wanted:
+            return HostReport(t.name, backend.name, facts, (), seconds=time.monotonic() - start)
+        kwargs = _scan_kwargs(probe)
+        if kwargs.get("probe") and (entry.ct_ssh or entry.container_access == "ssh"):
+            enter = getattr(connect, "container", None) or container_transport
+            routed = _Routed(backend, lambda host, ct: enter(host, entry, backend, ct))
+            closers.append(routed.close)
+            scan_backend = routed
+        else:
+            scan_backend = backend
+        # chunks run the containers' probes in parallel; without probes a host is a few
+        # cached SFTP reads, and every chunk would repeat scan_host's per-call commands.
+        # Calls stay under MAX_PER_CALL configs: scan_host may fork processes for bigger
+        # offline batches, and a live SSH connection must not be forked or pickled.
+        n = per_host if kwargs.get("probe") else 1
+        chunks = _chunks(wanted, max(n, -(-len(wanted) // MAX_PER_CALL)))
+        if len(chunks) == 1:
+            parts = [scan_host(view, scan_backend, chunks[0], style, facts=facts, **kwargs)]
+        else:
+            with ThreadPoolExecutor(max_workers=len(chunks), thread_name_prefix=f"lxcfix-{entry.name}") as pool:
+                parts = list(pool.map(lambda c: scan_host(view, scan_backend, c, style, facts=facts, **kwargs),
+                                      chunks))
+        by_ct: dict[str, CtReport] = {c.ct: c for p in parts for c in p.containers}
+        containers = tuple(by_ct[ct] for ct in wanted if ct in by_ct)
+        return HostReport(t.name, backend.name, facts, containers, seconds=time.monotonic() - start)
+    except LxcfixError as e:
+        return unreachable(entry.name, getattr(e, "reason", None) or str(e), time.monotonic() - start)
+    except Exception as e:
+        return unreachable(entry.name, f"scan failed: {type(e).__name__}: {e}", time.monotonic() - start)
+    finally:
+        for close in reversed(closers):
+            if close is not None:
+                try:
+                    close()
+                except Exception:
+                    pass
+
+
+# ----------------------------------------------------------------- the fleet
+
+
+def scan_fleet(inventory_hosts: Iterable[HostEntry], *, concurrency: int = 8, per_host: int = 4,
+               probe: bool = True, style: str = "auto", progress: Progress | None = None,
+               connect: Connect | None = None) -> list[HostReport]:
+    """Scan every host, `concurrency` at a time, `per_host` containers of a host at a time.
+    Returns one HostReport per host in inventory order; never raises for a host's failure."""
+    hosts = list(inventory_hosts)
+    names = [h.name for h in hosts]
+    if len(set(names)) != len(names):
+        dup = sorted({n for n in names if names.count(n) > 1})
+        raise BadInput(f"host names must be unique in a fleet scan: {', '.join(dup)}")
+    if concurrency < 1 or per_host < 1:
+        raise BadInput("--concurrency and per-host concurrency must be at least 1")
+    connect = connect or ssh_connector(max_sessions=per_host)
+    reports: dict[str, HostReport] = {}
+    if not hosts:
+        return []
+    pool = ThreadPoolExecutor(max_workers=min(concurrency, len(hosts)), thread_name_prefix="lxcfix-host")
+    try:
+        futures = {pool.submit(scan_one, h, connect, per_host=per_host, probe=probe, style=style): h
+                   for h in hosts}
+        for done, fut in enumerate(as_completed(futures), 1):
+            h = futures[fut]
+            try:
+                reports[h.name] = fut.result()
+            except Exception as e:  # scan_one does not raise; belt and braces
+                reports[h.name] = unreachable(h.name, f"scan failed: {type(e).__name__}: {e}")
+            if progress is not None:
+                progress(h.name, done, len(hosts))
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)  # Ctrl-C: hosts not started yet are dropped
+        raise
+    pool.shutdown(wait=True)
+    return [reports[n] for n in names]
+
+
+__all__ = [
+    "SshConnector",
+    "container_transport",
+    "node_name",
+    "own_containers",
+    "pick_backend",
+    "scan_fleet",
+    "scan_one",
+    "ssh_connector",
+    "unreachable",
+]
