@@ -28,6 +28,9 @@ _PVE_LXC = re.compile(r"^(lxc\.[A-Za-z0-9_\-.]+)(?:\s*:|\s*=)\s*(.*?)\s*$")
 _PVE_KEY = re.compile(r"^([a-z][a-z0-9_\-]*):\s*(.*?)\s*$")
 _LXC_KEY = re.compile(r"^([A-Za-z0-9_\-.]+)\s*=\s*(.*?)\s*$")
 _SECTION = re.compile(r"^\[([^\]]*)\]\s*$")
+# A section header at the start of a line, as parse_line would read it.
+_FIRST_SECTION = re.compile(rb"(?m)^[ \t\v\f]*\[[^\]\n]*\][ \t\v\f\r]*(?:\n|$)")
+_SECTION_LINE = re.compile(rb"(?m)^[ \t\v\f]*\[([^\]\n]*)\][ \t\v\f\r]*(?:\n|$)")
 
 MAIN = None  # the section of lines before the first "[name]"
 
@@ -102,7 +105,9 @@ class CtConfig:
         return [(i + 1, ln.text) for i, ln in self.main() if ln.bad]
 
     def sections(self) -> list[str]:
-        return [ln.header for ln in self.lines if ln.header is not None]
+        """Names of the `[section]`s (snapshots, pve:pending), in order."""
+        rest = b"".join(ln.raw for ln in self.lines if ln.section is not MAIN)
+        return [m.group(1).decode("utf-8", "surrogateescape") for m in _SECTION_LINE.finditer(rest)]
 
     @property
     def newline(self) -> bytes:
@@ -134,36 +139,64 @@ def split_lines(raw: bytes) -> list[bytes]:
     return lines
 
 
+_PVE_KEY_NAME = re.compile(r"[a-z][a-z0-9_\-]*")
+_LXC_KEY_NAME = re.compile(r"lxc\.[A-Za-z0-9_\-.]+")
+_ANY_KEY_NAME = re.compile(r"[A-Za-z0-9_\-.]+")
+
+
+def _split_key(text: str, flavor: Flavor) -> tuple[str, str] | None:
+    """key and value of a stripped line, by the grammar of _PVE_LXC/_PVE_KEY/_LXC_KEY
+    (a partition and a short match instead of a whole-line regex: scans read 10^5 lines)."""
+    if flavor == "pve":
+        if text.startswith("lxc."):
+            colon, equals = text.find(":"), text.find("=")
+            cut = min(i for i in (colon, equals) if i >= 0) if max(colon, equals) >= 0 else -1
+            key = text[:cut].rstrip() if cut >= 0 else ""
+            if cut >= 0 and _LXC_KEY_NAME.fullmatch(key):
+                return key, text[cut + 1:].strip()
+        key, sep, value = text.partition(":")
+        if sep and _PVE_KEY_NAME.fullmatch(key):
+            return key, value.strip()
+        return None
+    key, sep, value = text.partition("=")
+    key = key.rstrip()
+    if sep and _ANY_KEY_NAME.fullmatch(key):
+        return key, value.strip()
+    return None
+
+
 def parse_line(raw: bytes, section: str | None, flavor: Flavor) -> Line:
     head = raw.lstrip()[:1]
     if not head or head == b"#":  # blank or comment: the common cheap case
         return Line(raw, section)
     stripped = raw.decode("utf-8", "surrogateescape").strip()
-    if flavor == "pve":
-        if head == b"[":
-            m = _SECTION.match(stripped)
-            if m:
-                return Line(raw, m.group(1), header=m.group(1))
-        if section is not MAIN:
-            return Line(raw, section)  # snapshot/pending lines are kept, never read
-        m = _PVE_LXC.match(stripped) if stripped.startswith("lxc.") else None
-        m = m or _PVE_KEY.match(stripped)
-    else:
-        m = _LXC_KEY.match(stripped)
-    if not m:
+    if flavor == "pve" and head == b"[":
+        m = _SECTION.match(stripped)
+        if m:
+            return Line(raw, m.group(1), header=m.group(1))
+    kv = _split_key(stripped, flavor)
+    if kv is None:
         return Line(raw, section, bad=True)
-    return Line(raw, section, key=m.group(1), value=m.group(2))
+    return Line(raw, section, key=kv[0], value=kv[1])
 
 
 def parse(raw: bytes, flavor: Flavor, path: str = "") -> CtConfig:
-    """Never raises: lines it cannot read are kept, marked bad."""
+    """Never raises: lines it cannot read are kept, marked bad. Proxmox files:
+    everything from the first `[section]` on is one line, kept byte for byte and
+    never read or edited (snapshots and pending changes)."""
     lines: list[Line] = []
-    section: str | None = MAIN
+    tail = b""
+    if flavor == "pve":
+        m = _FIRST_SECTION.search(raw)
+        if m:
+            raw, tail = raw[:m.start()], raw[m.start():]
     for chunk in split_lines(raw):
-        line = parse_line(chunk, section, flavor)
-        if line.header is not None:
-            section = line.header
-        lines.append(line)
+        lines.append(parse_line(chunk, MAIN, flavor))
+    if tail:
+        first = tail.split(b"\n", 1)[0].decode("utf-8", "surrogateescape").strip()
+        header = _SECTION.match(first)
+        name = header.group(1) if header else first
+        lines.append(Line(tail, name, header=name))
     return CtConfig(flavor, tuple(lines), path)
 
 

@@ -14,7 +14,6 @@ removing access a container has is the admin's call.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from . import ctconfig, devices, render
 from .ctconfig import CtConfig
@@ -64,12 +63,6 @@ def _groups(nodes: list[DeviceNode], facts) -> list[render.RuleGroup]:
         groups.setdefault(key, []).append(n)
     return [render.RuleGroup(k, M, m if m is not None else ns[0].minor, m is None, tuple(ns))
             for (k, M, m), ns in groups.items()]
-
-
-@dataclass
-class _Mount:
-    path: str
-    target: str
 
 
 def _profile(nodes, facts) -> str | None:
@@ -169,12 +162,12 @@ def make_plan(ctx: Context, requested: str = "auto") -> Plan:
                                         rules=_groups(_unique(add_rules), facts), mounts=[]):
             new = ctconfig.add(new, key, value, near=(MOUNT_KEY,))
     if add_mounts:
-        targets = [_Mount(n.path, n.path.lstrip("/")) for n in _unique(add_mounts)]
+        targets = [render.Mount(n.path, n.path.lstrip("/")) for n in _unique(add_mounts)]
         for key, value in render.render(rule_style, None, rules=[], mounts=targets):
             new = ctconfig.add(new, key, value, near=V2_KEYS)
     if add_devs:
         n0 = _next_devn(new)
-        devs = [{"key": f"dev{n0 + i}", "path": n.path, "options": devn_options(n)}
+        devs = [render.Dev(f"dev{n0 + i}", n.path, tuple(devn_options(n)))
                 for i, n in enumerate(_unique(add_devs))]
         rendered = render.render("devn", None, devs=devs)
         new = ctconfig.insert_after(new, _devn_anchor(new), rendered)

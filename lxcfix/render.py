@@ -15,6 +15,7 @@ import functools
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Iterable, NamedTuple
 
 from . import devices
 
@@ -72,12 +73,34 @@ def template_text(name: str) -> str:
     return found[0]
 
 
-def render(style: str, profile: str | None = None, **data) -> list[tuple[str, str]]:
+class Mount(NamedTuple):
+    """A node to bind-mount: host path, target inside (relative to the rootfs)."""
+
+    path: str
+    target: str
+
+
+class Dev(NamedTuple):
+    """A devN entry: key ("dev3"), path, options ((name, value), ...)."""
+
+    key: str
+    path: str
+    options: tuple[tuple[str, str], ...] = ()
+
+
+def render(style: str, profile: str | None = None, rules: Iterable[RuleGroup] = (),
+           mounts: Iterable[Mount] = (), devs: Iterable[Dev] = ()) -> list[tuple[str, str]]:
+    """(key, value) lines. Memoized: a fleet's plans repeat the same few fixes."""
+    return list(_render(style, profile, tuple(rules), tuple(mounts), tuple(devs)))
+
+
+@functools.lru_cache(maxsize=1024)
+def _render(style: str, profile: str | None, rules: tuple, mounts: tuple, devs: tuple) -> tuple[tuple[str, str], ...]:
     env = environment()
     names = ([f"fix/{profile}.{style}.j2"] if profile else []) + [f"fix/{style}.j2"]
     template = env.select_template(names)
     lines = []
-    for line in template.render(**data).splitlines():
+    for line in template.render(rules=rules, mounts=mounts, devs=devs).splitlines():
         if not line.strip():
             continue
         key, sep, value = line.partition(" = ")
@@ -88,4 +111,4 @@ def render(style: str, profile: str | None = None, **data) -> list[tuple[str, st
             if why:
                 raise RenderError(f"refusing to emit {value!r}: {why}")
         lines.append((key.strip(), value.strip()))
-    return lines
+    return tuple(lines)

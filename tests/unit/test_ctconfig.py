@@ -74,8 +74,9 @@ def test_add_keeps_crlf_and_mends_missing_final_newline():
 def test_set_value_keeps_line_ending_and_refuses_snapshot_lines():
     cfg = ctconfig.parse(b"a: 1\r\n[s]\nb: 2\n", "pve")
     assert ctconfig.set_value(cfg, 0, "a", "3").raw == b"a: 3\r\n[s]\nb: 2\n"
+    assert cfg.lines[1].raw == b"[s]\nb: 2\n"  # the snapshot is kept as one opaque line
     try:
-        ctconfig.set_value(cfg, 2, "b", "3")
+        ctconfig.set_value(cfg, 1, "b", "3")
     except ValueError:
         pass
     else:
@@ -115,3 +116,22 @@ def test_edits_never_touch_other_sections(raw, flavor):
     again = ctconfig.parse(out.raw, flavor)
     assert ("lxc.cgroup2.devices.allow", "c 10:200 rwm") in again.items()
     assert ctconfig.serialize(again) == out.raw
+
+
+@settings(max_examples=1500, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("lxc.abz019_-:= \t[]#/*\u00a0")), max_size=30), st.sampled_from(["pve", "lxc"]))
+def test_key_split_matches_the_line_grammar(text, flavor):
+    """parse_line's fast split reads lines exactly as the documented regexes do."""
+    stripped = text.strip()
+    if flavor == "pve":
+        m = (ctconfig._PVE_LXC.match(stripped) if stripped.startswith("lxc.") else None) or ctconfig._PVE_KEY.match(stripped)
+    else:
+        m = ctconfig._LXC_KEY.match(stripped)
+    expected = (m.group(1), m.group(2)) if m else None
+    assert ctconfig._split_key(stripped, flavor) == expected
+
+
+def test_sections_are_listed_from_the_opaque_tail():
+    cfg = ctconfig.parse(b"a: 1\n[snap1]\nb: 2\n  [pve:pending]  \nc: 3\n", "pve")
+    assert cfg.sections() == ["snap1", "pve:pending"]
+    assert [ln.raw for ln in cfg.lines] == [b"a: 1\n", b"[snap1]\nb: 2\n  [pve:pending]  \nc: 3\n"]
