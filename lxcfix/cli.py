@@ -21,9 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from . import __version__, report
-from . import audit as audit_mod
-from . import hook as hook_mod
-from . import hostfix, repair
+from . import repair
 from .apply import default_state_dir
 from .errors import BadInput, ExitCode, LxcfixError
 from .gather import host_facts
@@ -309,6 +307,8 @@ def audit(
     fmt: str = typer.Option("table", "--format", help="table, json or markdown"),
 ) -> None:
     """What breaks on the next reboot or driver upgrade, and the exact change that prevents it."""
+    from . import audit as audit_mod, hostfix
+
     if for_ not in audit_mod.FOR:
         raise BadInput(f"unknown --for {for_!r}: use reboot or driver-upgrade")
     if fmt not in ("table", "json", "markdown"):
@@ -348,6 +348,8 @@ def audit(
 
 
 def _print_audit(result, for_: str) -> None:
+    from . import audit as audit_mod
+
     s = audit_mod.summary(result)
     hosts = ", ".join(h.host for h in result.hosts)
     out.print(Text(f"audit for {for_} on {hosts}: {s['will']} will break, {s['may']} may break, "
@@ -370,13 +372,15 @@ def host_fix(
     root: Optional[str] = RootOpt, host: Optional[List[str]] = HostOpt,
     dry_run: bool = typer.Option(False, "--dry-run"), yes: bool = typer.Option(False, "--yes", "-y"),
     no_enable: bool = typer.Option(False, "--no-enable"), now: bool = typer.Option(False, "--now"),
-    modprobe: str = typer.Option(hostfix.MODPROBE, "--nvidia-modprobe"),
+    modprobe: Optional[str] = typer.Option(None, "--nvidia-modprobe", help="Default: /usr/bin/nvidia-modprobe."),
     gpu: Optional[List[int]] = typer.Option(None, "--gpu", help="GPU minor (repeat)"),
 ) -> None:
     """Install a systemd unit that creates the NVIDIA nodes at boot, before guests start (LXF112)."""
+    from . import hostfix
+
     target = repair.open_target(root, host)
     plan = hostfix.plan_host_unit(host_facts(target.transport, target.backend), hostfix.read_existing(target),
-                                  modprobe=modprobe, gpu_minors=gpu or None)
+                                  modprobe=modprobe or hostfix.MODPROBE, gpu_minors=gpu or None)
     for n in plan.notes:
         err.print(Text(f"note: {n}", style="dim"))
     _print_diff(plan.diff())
@@ -404,6 +408,8 @@ def hook(
     print_snippet: bool = typer.Option(False, "--print-snippet", help="Print the hookscript snippet to install."),
 ) -> None:
     """Proxmox VE hookscript: pct set VMID --hookscript local:snippets/lxcfix-hook.sh"""
+    from . import hook as hook_mod
+
     if print_snippet:
         sys.stdout.write(hook_mod.snippet(mode))
         raise typer.Exit(ExitCode.CLEAN)
