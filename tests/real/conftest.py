@@ -51,3 +51,28 @@ def pve(_real_tier_available, tmp_path, monkeypatch):
 def tun():
     """/dev/net/tun on the host (10:200)."""
     return harness.ensure_tun()
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    """lxcfix's state and lock dirs in tmp_path; returns the environment for subprocesses."""
+    e = dict(os.environ)
+    e["LXCFIX_STATE_DIR"] = str(tmp_path / "state")
+    e["LXCFIX_LOCK_DIR"] = str(tmp_path / "lock")
+    e["NO_COLOR"] = "1"
+    for k in ("LXCFIX_STATE_DIR", "LXCFIX_LOCK_DIR"):
+        monkeypatch.setenv(k, e[k])
+    return e
+
+
+@pytest.fixture
+def uvm(tmp_path, env):
+    """A driverless node with a dynamic-range major, and a /proc/devices text naming it nvidia-uvm."""
+    major = harness.free_char_major(511)
+    (tmp_path / "dev").mkdir()
+    node = harness.mknod(str(tmp_path / "dev" / "nvidia-uvm"), major, 0)
+    proc = tmp_path / "proc-devices"
+    proc.write_text(f"Character devices:\n  1 mem\n  5 /dev/tty\n 10 misc\n136 pts\n195 nvidia\n{major} nvidia-uvm\n\n"
+                    "Block devices:\n  8 sd\n")
+    env["LXCFIX_PROC_DEVICES"] = str(proc)
+    return node, major

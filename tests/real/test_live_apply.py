@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 from . import harness
-from .test_repair import TUN_MOUNT, _paused_apply, codes, diagnose, env, lxcfix, uvm  # noqa: F401  (fixtures)
+from .cli import TUN_MOUNT, codes, diagnose, lxcfix, paused_apply
 
 
 def test_tun_fixed_live(container_factory, tun, env):
@@ -60,7 +60,7 @@ def test_container_stopping_during_live_apply_restores_old_config(container_fact
     c = container_factory([TUN_MOUNT])
     old = Path(c.config_path).read_bytes()
     pause = tmp_path / "pause"
-    proc = _paused_apply(env, c.name, "written", pause, "--live")
+    proc = paused_apply(env, c.name, "written", pause, "--live")
     c.stop()
     pause.unlink()
     out, err = proc.communicate(timeout=60)

@@ -10,56 +10,12 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from . import harness
-
-TUN_MOUNT = "lxc.mount.entry = /dev/net/tun dev/net/tun none bind,create=file 0 0"
-
-
-@pytest.fixture
-def env(tmp_path, monkeypatch):
-    """lxcfix's state and lock dirs in tmp_path; returns the environment for subprocesses."""
-    e = dict(os.environ)
-    e["LXCFIX_STATE_DIR"] = str(tmp_path / "state")
-    e["LXCFIX_LOCK_DIR"] = str(tmp_path / "lock")
-    e["NO_COLOR"] = "1"
-    for k in ("LXCFIX_STATE_DIR", "LXCFIX_LOCK_DIR"):
-        monkeypatch.setenv(k, e[k])
-    return e
-
-
-def lxcfix(env, *args, timeout=120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "lxcfix", *args], env=env, capture_output=True,
-                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
-
-
-def codes(doc) -> list[str]:
-    return sorted(f["code"] for c in doc["containers"] for f in c["findings"])
-
-
-def diagnose(env, ct) -> dict:
-    r = lxcfix(env, "diagnose", "--ct", ct, "--json")
-    assert r.returncode in (0, 1), r.stderr
-    return json.loads(r.stdout)
-
-
-@pytest.fixture
-def uvm(tmp_path, env):
-    """A driverless node with a dynamic-range major, and a /proc/devices text naming it nvidia-uvm."""
-    major = harness.free_char_major(511)
-    (tmp_path / "dev").mkdir()
-    node = harness.mknod(str(tmp_path / "dev" / "nvidia-uvm"), major, 0)
-    proc = tmp_path / "proc-devices"
-    proc.write_text(f"Character devices:\n  1 mem\n  5 /dev/tty\n 10 misc\n136 pts\n195 nvidia\n{major} nvidia-uvm\n\n"
-                    "Block devices:\n  8 sd\n")
-    env["LXCFIX_PROC_DEVICES"] = str(proc)
-    return node, major
+from .cli import TUN_MOUNT, codes, diagnose, lxcfix, paused_apply
 
 
 def test_tun_denied_then_repaired(container_factory, tun, env):
@@ -137,27 +93,13 @@ def test_dry_run_and_non_terminal_change_nothing(container_factory, tun, env):
     assert not (Path(env["LXCFIX_STATE_DIR"]) / "backups").exists()
 
 
-def _paused_apply(env, ct, step, pause_file, *extra):
-    e = dict(env, LXCFIX_PAUSE_AT=step, LXCFIX_PAUSE_FILE=str(pause_file))
-    proc = subprocess.Popen([sys.executable, "-m", "lxcfix", "apply", "--ct", ct, "--yes", *extra],
-                            env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            stdin=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while not pause_file.exists():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            out, err = proc.communicate()
-            pytest.fail(f"apply never reached {step}: rc={proc.returncode}\n{out}\n{err}")
-        time.sleep(0.02)
-    return proc
-
-
 @pytest.mark.parametrize("step", ["locked", "backed-up", "temp-written", "written", "restarted"])
 def test_sigkill_at_each_step_leaves_old_or_new_and_rollback_restores(container_factory, tun, env, tmp_path, step):
     c = container_factory([TUN_MOUNT])
     old = Path(c.config_path).read_bytes()
     plan = lxcfix(env, "plan", "--ct", c.name)
     assert plan.returncode == 1
-    proc = _paused_apply(env, c.name, step, tmp_path / "pause")
+    proc = paused_apply(env, c.name, step, tmp_path / "pause")
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=10)
 
@@ -184,7 +126,7 @@ def test_sigkill_at_each_step_leaves_old_or_new_and_rollback_restores(container_
 def test_two_concurrent_applies_one_is_refused(container_factory, tun, env, tmp_path):
     c = container_factory([TUN_MOUNT])
     pause = tmp_path / "pause"
-    first = _paused_apply(env, c.name, "locked", pause)
+    first = paused_apply(env, c.name, "locked", pause)
     second = lxcfix(env, "apply", "--ct", c.name, "--yes")
     assert second.returncode == 2 and "holds" in second.stderr
     pause.unlink()  # let the first go on
