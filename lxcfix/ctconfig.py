@@ -270,13 +270,3 @@ def set_value(cfg: CtConfig, index: int, key: str, value: str) -> CtConfig:
     lines = list(cfg.lines)
     lines[index] = new
     return replace(cfg, lines=tuple(lines))
-
-
-def find(cfg: CtConfig, key: str, value: str | None = None) -> list[int]:
-    """Indexes of main-section lines with this key (and value)."""
-    return [i for i, ln in cfg.main() if ln.key == key and (value is None or ln.value == value)]
-
-
-def includes(cfg: CtConfig) -> list[str]:
-    """`lxc.include` targets in order (files or directories)."""
-    return cfg.values("lxc.include")

@@ -260,10 +260,6 @@ def _norm_access(access: str) -> str:
     return "".join(c for c in "rwm" if c in access)
 
 
-def format_rule(rule: DeviceRule) -> str:
-    return str(rule)
-
-
 def covers_access(granted: str, wanted: str) -> bool:
     return set(wanted) <= set(granted)
 

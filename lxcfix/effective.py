@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 import posixpath
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 from . import ctconfig, devices, lxcdefaults
@@ -97,7 +97,6 @@ class Effective:
     given: tuple[Given, ...]
     unprivileged: bool = False
     lock: str | None = None
-    lines: tuple[tuple[str, str, str], ...] = field(default=(), repr=False)  # (key, value, origin)
 
 
 def parse_mount(value: str, index: int | None, origin: str = "") -> Mount | None:
@@ -227,7 +226,6 @@ def effective(cfg: CtConfig, facts: HostFacts, load: Loader) -> Effective:
         given=tuple(_given(mounts, devn, facts)),
         unprivileged=unprivileged,
         lock=cfg.get("lock") if cfg.flavor == "pve" else None,
-        lines=tuple(items),
     )
 
 

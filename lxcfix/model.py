@@ -99,7 +99,6 @@ class HostFacts:
     cgroup_layout: CgroupLayout = "unknown"
     pve_version: str | None = None
     lxc_version: str | None = None
-    lxc_defaults: Mapping[str, bytes] = field(default_factory=dict)
     raw: Mapping[str, str] = field(default_factory=dict)
 
     def char_major(self, name: str) -> int | None:

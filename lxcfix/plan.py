@@ -1,19 +1,20 @@
 """The minimal edit that repairs a container's config. Pure.
 
     plan = make_plan(ctx, "auto")
-    plan.style, plan.style_reason == ("devn", "Proxmox VE 8.1+ (pve-container 5.1.12): ...")
+    plan.style, plan.style_reason == ("devn", "Proxmox VE 8.3.0 supports devN entries (8.1+): ...")
     print(plan.diff())        # unified diff; "" when there is nothing to do
     plan.after                # the whole new file, always computed
 
 What it changes: stale majors are moved in place, missing allow rules (and
 mount entries for allowed-but-not-passed devices) are added next to lines of
-their kind, cgroup v1 device keys become v2 keys. Nothing else is touched:
-over-broad rules and missing `optional` are reported, not rewritten, since
-removing access a container has is the admin's call.
+their kind, cgroup v1 device keys become v2 keys; in the devn style, a broken
+bind mount becomes a devN entry. Asked for explicitly, `devn` and `path` also
+migrate working numeric pairs. Nothing else is touched: over-broad rules and
+missing `optional` are reported, not rewritten, since removing access a
+container has is the admin's call.
 """
 
 from __future__ import annotations
-
 
 from . import ctconfig, devices, render
 from .ctconfig import CtConfig
@@ -113,13 +114,14 @@ def make_plan(ctx: Context, requested: str = "auto") -> Plan:
 
     for s in needs.stale:
         r = s.rule.rule
-        moved = [g for g in s.given if not via_devn(g)]
-        if style == "numeric" or (style == "devn" and moved):
+        # In the devn style a node in a directory mount keeps needing the rule.
+        rule_still_needed = any(not via_devn(g) for g in s.given)
+        if style == "numeric" or (style == "devn" and rule_still_needed):
             new = devices.DeviceRule(r.kind, s.major, r.minor, r.access)
             replace_at[s.rule.index] = [(s.rule.key, str(new))]
         elif style == "path":
             replace_at[s.rule.index] = [(s.rule.key, f"{g.path} {r.access}") for g in s.given]
-        else:  # devn, every moved node passed by its own mount: devN entries replace rule and mounts
+        else:  # devn: devN entries replace the rule and the nodes' mounts
             replace_at[s.rule.index] = []
         for g in s.given:
             if via_devn(g):

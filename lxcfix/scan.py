@@ -73,7 +73,7 @@ def analyze_container(facts: HostFacts, loaded: gather.Loaded, loader, style: st
         plan = make_plan(ctx, style)
         findings = plan.findings
     except LxcfixError:
-        raise
+        raise  # bad input (a --style the container cannot take): the command's answer
     except Exception as e:  # a bug in one container's analysis must not end a fleet scan
         return CtReport(facts.host, loaded.ct, loaded.path, tuple(run_rules(ctx)) + tuple(extra),
                         error=f"internal error planning this container: {e!r}", node=loaded.node, status=status)

@@ -121,20 +121,18 @@ def check(ctx) -> list:
                       f"/proc/devices: {node.major} {_names(ctx, node.major)}"),
             fix="add an allow rule for it: lxcfix plan --ct " + ctx.ct,
         ))
-    for s in needs.stale:
-        paths = ", ".join(g.path for g in s.given) or "the device"
-        first = s.given[0].node if s.given else None
+    for s in needs.stale:  # analyze() pairs every stale rule with at least one device
+        first, rule = s.given[0], s.rule.rule
         name = _names(ctx, s.major)
+        minor = "*" if rule.minor is None else rule.minor
         out.append(ctx.finding(
             "LXF101", "error",
-            (f"{s.given[0].path} is {_dev(first)} on this host; the config allows "
-             f"{s.rule.rule.kind} {s.rule.rule.major}:{'*' if s.rule.rule.minor is None else s.rule.rule.minor}"
-             f" (stale: the {name} major moved)") if first else
-            f"{s.rule.value} is stale: the {name} major moved to {s.major}",
-            device=s.given[0].path if s.given else None,
+            f"{first.path} is {_dev(first.node)} on this host; the config allows "
+            f"{rule.kind} {rule.major}:{minor} (stale: the {name} major moved)",
+            device=first.path,
             evidence=(f"{ctx.config.path}:{s.rule.index + 1}: {s.rule.key}: {s.rule.value}",
-                      f"/proc/devices: {s.major} {name}; no driver holds major {s.rule.rule.major}",
-                      f"affects {paths}"),
+                      f"/proc/devices: {s.major} {name}; no driver holds major {rule.major}",
+                      "affects " + ", ".join(g.path for g in s.given)),
             fix=f"move the rule to major {s.major} (lxcfix plan --ct {ctx.ct}); "
                 "devN entries or path-form rules survive the next move",
         ))
