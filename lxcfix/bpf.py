@@ -66,7 +66,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Literal
 
 from .model import DeviceRule
-from .transport import Transport
+from .transport import Local, Transport
 
 Mode = Literal["allowlist", "denylist"]
 
@@ -479,7 +479,7 @@ def lxc_expected(lines: Iterable[tuple[bool, str]],
 #                            this cgroup's first, then its parent's, ...)
 #   none                     no device program applies
 #   error <ERRNO> <message>  (exit status 1)
-READER = r'''
+READER_LIB = r'''
 import ctypes, errno, os, struct, sys
 
 NR_BPF = {"x86_64": 321, "amd64": 321, "aarch64": 280, "arm64": 280}
@@ -571,18 +571,35 @@ def main(path):
         os.close(cfd)
 
 
-try:
-    if len(sys.argv) != 2:
-        raise Fail("EINVAL", "usage: reader CGROUP_DIR")
-    lines = main(sys.argv[1])
-except Fail as f:
-    print("error %s %s" % f.args)
-    sys.exit(1)
-except Exception as e:
-    print("error EIO %s: %s" % (type(e).__name__, e))
-    sys.exit(1)
-print("\n".join(lines))
+
+def report(path):
+    """The reader's output lines and exit status, never an exception."""
+    try:
+        return main(path), 0
+    except Fail as f:
+        return ["error %s %s" % f.args], 1
+    except Exception as e:
+        return ["error EIO %s: %s" % (type(e).__name__, e)], 1
 '''
+
+# Run as a script on the target host: `python3 -c READER <cgroup dir>`.
+READER = READER_LIB + '''
+if len(sys.argv) != 2:
+    print("error EINVAL usage: reader CGROUP_DIR")
+    sys.exit(1)
+lines, status = report(sys.argv[1])
+print("\\n".join(lines))
+sys.exit(status)
+'''
+
+
+def read_here(cgroup_path: str) -> ReaderOutput:
+    """The reader run in this process: on the local host it saves starting a
+    second interpreter (part of every verify after an apply)."""
+    namespace: dict = {"__name__": "lxcfix_bpf_reader"}
+    exec(compile(READER_LIB, "<lxcfix bpf reader>", "exec"), namespace)
+    lines, _ = namespace["report"](cgroup_path)
+    return parse_reader("\n".join(lines))
 
 
 @dataclass(frozen=True)
@@ -686,8 +703,11 @@ def read_bpftool(transport: Transport, cgroup_path: str) -> ReaderOutput:
 def read_programs(transport: Transport, cgroup_path: str) -> ReaderOutput:
     """The device programs of one cgroup: the python3 reader, then bpftool
     when python3 gives no clear answer (missing, unsupported arch, ...)."""
-    r = transport.run(["python3", "-c", READER, cgroup_path], timeout=30)
-    out = parse_reader(r.stdout)
+    if isinstance(transport, Local):
+        out, r = read_here(cgroup_path), None
+    else:
+        r = transport.run(["python3", "-c", READER, cgroup_path], timeout=30)
+        out = parse_reader(r.stdout)
     if out.status in ("progs", "none"):
         return out
     if out.status == "error" and out.errno == "ENOENT":
@@ -697,8 +717,8 @@ def read_programs(transport: Transport, cgroup_path: str) -> ReaderOutput:
         return fallback
     if out.status == "error":
         return out
-    return ReaderOutput("error", errno="EIO", via="python3",
-                        message=(r.stderr.strip() or out.message or f"rc {r.rc}")[:300])
+    detail = (r.stderr.strip() or out.message or f"rc {r.rc}") if r is not None else out.message
+    return ReaderOutput("error", errno="EIO", via="python3", message=detail[:300])
 
 
 def effective_of(out: ReaderOutput) -> LiveAllowlist | None:
