@@ -317,6 +317,18 @@ def _replayed_prefix(prefix: tuple[tuple[str, str, str], ...]):
     return dl
 
 
+def _ruleset_of(dl) -> "RuleSet":
+    emitted = [e for e in reversed(dl.entries) if dl._emitted(e)]
+    rules = tuple(SourcedRule(_entry_rule(e.kind, e.major, e.minor, e.access, e.allow), e.origin) for e in emitted)
+    return RuleSet(dl.mode, rules, bool(dl.entries))
+
+
+@functools.lru_cache(maxsize=64)
+def _prefix_ruleset(prefix: tuple[tuple[str, str, str], ...]) -> "RuleSet | None":
+    dl = _replayed_prefix(prefix)
+    return _ruleset_of(dl) if dl is not None else None
+
+
 @functools.lru_cache(maxsize=4096)
 def _entry_rule(kind: str, major: int, minor: int, access: str, allow: bool) -> DeviceRule:
     return DeviceRule(kind, None if major < 0 else major, None if minor < 0 else minor,
@@ -348,6 +360,10 @@ class RuleSet:
         shared: how many leading lines every container of the host has alike
         (LXC's and Proxmox's includes): their replay is cached."""
         lines = [item if len(item) > 2 else (item[0], item[1], "") for item in lines]
+        if shared and shared == len(lines):
+            done = _prefix_ruleset(tuple(lines))  # no rules of its own: most containers of a fleet
+            if done is not None:
+                return done
         cached = _replayed_prefix(tuple(lines[:shared])) if shared else None
         if cached is not None:
             dl = cached.copy()
@@ -356,10 +372,7 @@ class RuleSet:
             dl = _new_list()
             rest = lines
         _replay_into(dl, rest, resolve_path)
-        emitted = [e for e in reversed(dl.entries) if dl._emitted(e)]
-        rules = tuple(SourcedRule(_entry_rule(e.kind, e.major, e.minor, e.access, e.allow), e.origin)
-                      for e in emitted)
-        return RuleSet(dl.mode, rules, bool(dl.entries))
+        return _ruleset_of(dl)
 
     def match(self, kind: str, major: int, minor: int, access: str = "rw") -> SourcedRule | None:
         """The compiled rule that decides, or None when the default does."""
