@@ -17,8 +17,9 @@ from .errors import BadInput
 from .model import Result
 from .transport import ContainerExec, Transport, env_path
 
-_VMID = re.compile(r"^[1-9][0-9]{2,8}$")
-_LXC_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
+# What a container id may look like: a Proxmox vmid, an LXC container name.
+VMID = re.compile(r"^[1-9][0-9]{2,8}$")
+LXC_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
 
 
 def _listdir(transport: Transport, path: str) -> list[str]:
@@ -55,7 +56,7 @@ class Proxmox(LiveTools):
     pve_dir: str = field(default_factory=lambda: env_path("LXCFIX_PVE_DIR", "/etc/pve"))
 
     def validate(self, ct: str) -> str:
-        if not _VMID.match(ct or ""):
+        if not VMID.match(ct or ""):
             raise BadInput(f"not a Proxmox container id (vmid): {ct!r}")
         return ct
 
@@ -68,7 +69,7 @@ class Proxmox(LiveTools):
         for d in dirs:
             for entry in _listdir(transport, d):
                 vmid = entry[:-5] if entry.endswith(".conf") else ""
-                if _VMID.match(vmid):
+                if VMID.match(vmid):
                     found.setdefault(vmid, f"{d}/{entry}")
         return dict(sorted(found.items(), key=lambda kv: int(kv[0])))
 
@@ -111,14 +112,14 @@ class Lxc(LiveTools):
     lxcpath: str = field(default_factory=lambda: env_path("LXCFIX_LXC_PATH", "/var/lib/lxc"))
 
     def validate(self, ct: str) -> str:
-        if not _LXC_NAME.match(ct or "") or ".." in ct:
+        if not LXC_NAME.match(ct or "") or ".." in ct:
             raise BadInput(f"not an LXC container name: {ct!r}")
         return ct
 
     def list(self, transport: Transport) -> dict[str, str]:
         found = {}
         for name in _listdir(transport, self.lxcpath):
-            if _LXC_NAME.match(name) and "config" in _listdir(transport, f"{self.lxcpath}/{name}"):
+            if LXC_NAME.match(name) and "config" in _listdir(transport, f"{self.lxcpath}/{name}"):
                 found[name] = f"{self.lxcpath}/{name}/config"
         return found
 

@@ -44,6 +44,7 @@ from typing import Any
 
 import yaml
 
+from .backends import LXC_NAME, VMID
 from .errors import BadInput
 
 # ----------------------------------------------------------------- data
@@ -123,8 +124,6 @@ _NAME = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9_.\-]{0,251}[A-Za-z0-9_])?$")
 _GROUP = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]{0,127}$")
 _IPV6 = re.compile(r"^[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*(?:%[A-Za-z0-9_.\-]+)?$")
 _USER = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,31}\$?$")
-_VMID = re.compile(r"^[1-9][0-9]{2,8}$")
-_LXC_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
 _PVE_NODE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9\-]{0,61}[A-Za-z0-9])?$")
 _RANGE = re.compile(r"^(.*?)\[([0-9]+|[a-zA-Z]):([0-9]+|[a-zA-Z])(?::([0-9]+))?\](.*)$")
 _HOST_PORT = re.compile(r"^([^:\[\]]+):([0-9]{1,5})$")
@@ -496,7 +495,7 @@ class _Parser:
         containers = v.get("lxcfix_containers")
         ct_ssh = v.get("lxcfix_ct_ssh") or {}
         if backend in ("pve", "lxc"):
-            pattern, what = (_VMID, "a Proxmox vmid") if backend == "pve" else (_LXC_NAME, "an LXC container name")
+            pattern, what = (VMID, "a Proxmox vmid") if backend == "pve" else (LXC_NAME, "an LXC container name")
             for key in ("lxcfix_containers", "lxcfix_ct_ssh"):
                 for ct in (v.get(key) or ()):
                     if not pattern.match(ct):
@@ -600,7 +599,7 @@ def _ct_id(item: Any) -> str | None:
     if isinstance(item, bool) or not isinstance(item, (str, int)):
         return None
     s = str(item)
-    return s if (_VMID.match(s) or (_LXC_NAME.match(s) and ".." not in s)) else None
+    return s if (VMID.match(s) or (LXC_NAME.match(s) and ".." not in s)) else None
 
 
 def _is_null(node: yaml.Node) -> bool:
