@@ -152,3 +152,35 @@ def test_host_unit_is_verified_enabled_idempotent_and_rolled_back(sysroot, state
         events = [json.loads(l)["event"] for l in (state / "journal.jsonl").read_text().splitlines()]
         assert events[-3:] == ["host-unit-verify", "host-unit-failed", "host-unit-rolled-back"]
         assert len(os.listdir(state / "backups" / "host")) == 1
+
+
+def test_v1_key_overbroad_rule_and_card_index_each_get_a_change_that_works(container_factory, tun, state):
+    """LXF102 (v1 key ignored), LXF104 (c 10:* grants /dev/mapper/control too) and LXF113
+    (/dev/dri/cardN named by probe order) on a real container; the audit's exact changes for
+    the first two, applied to the config, leave /dev/net/tun working with the narrow rule."""
+    c = container_factory([
+        "lxc.cgroup.devices.allow = c 10:200 rwm",
+        "lxc.cgroup2.devices.allow = c 10:* rwm",
+        "lxc.mount.entry = /dev/net/tun dev/net/tun none bind,create=file 0 0",
+        "lxc.mount.entry = /dev/dri/card0 dev/dri/card0 none bind,optional,create=file 0 0",
+    ])
+    assert c.bpf_attached()
+    assert harness.open_errno(c, "/dev/net/tun") == "ok"  # through the over-broad c 10:*
+    items = {i.code: i for i in audit_of([c.name]).items if i.ct == c.name}
+    assert items["LXF102"].outcome == "will"
+    assert "+ lxc.cgroup2.devices.allow = c 10:200 rwm" in items["LXF102"].change
+    assert items["LXF104"].outcome == "may"
+    assert items["LXF104"].change.splitlines()[:2] == ["- lxc.cgroup2.devices.allow = c 10:* rwm",
+                                                       "+ lxc.cgroup2.devices.allow = c 10:200 rwm"]
+    assert items["LXF113"].outcome == "may" and "/dev/dri/by-path" in items["LXF113"].change
+
+    config = Path(c.config_path)
+    apply_change(config, items["LXF104"].change)
+    apply_change(config, items["LXF102"].change)
+    text = config.read_text()
+    assert "c 10:* rwm" not in text and "lxc.cgroup.devices" not in text
+    c.restart()
+    assert c.bpf_attached()
+    assert harness.open_errno(c, "/dev/net/tun") == "ok"  # the exact rule is enough
+    after = {i.code for i in audit_of([c.name]).items if i.ct == c.name}
+    assert not after & {"LXF102", "LXF104"}
