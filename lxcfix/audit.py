@@ -142,10 +142,8 @@ def audit(hosts: Sequence[HostReport], for_: str, *, new_driver: str | None = No
 
 
 def _probed_groups(c: CtReport) -> Mapping[str, int]:
-    """Group ids the probe read inside, once CtReport carries the probe and the probe
-    reads /etc/group (`group <name> <gid>` lines -> ProbeResult.groups); {} until then."""
-    probe = getattr(c, "probe", None)
-    return dict(getattr(probe, "groups", None) or {})
+    """Group ids the probe read in the container's /etc/group; {} when it did not run."""
+    return dict(c.probe.groups) if c.probe is not None else {}
 
 
 def _ct_key(ct: str) -> tuple:

@@ -133,6 +133,7 @@ class ProbeResult:
     nvidia_smi_out: str = ""
     cuinit: int | None = None
     driver_version: str | None = None
+    groups: Mapping[str, int] = field(default_factory=dict)  # {"render": 104, "video": 44}
     raw: str = ""
 
 

@@ -99,6 +99,7 @@ def parse(text: str) -> ProbeResult:
     smi_out: list[str] = []
     cuinit: int | None = None
     driver: str | None = None
+    groups: dict[str, int] = {}
     for line in text.split("\n"):
         line = line.rstrip("\r")
         head, _, rest = line.partition(" ")
@@ -124,12 +125,17 @@ def parse(text: str) -> ProbeResult:
             version = rest.split(" ", 1)[0]
             if _VERSION.fullmatch(version):
                 driver = version
+        elif head == "group":
+            name, _, gid = rest.partition(" ")
+            if name in ("render", "video") and gid.isdigit():
+                groups[name] = int(gid)
     return ProbeResult(
         nodes=nodes,
         nvidia_smi_rc=smi_rc,
         nvidia_smi_out="\n".join(smi_out),
         cuinit=cuinit,
         driver_version=driver,
+        groups=groups,
         raw=text,
     )
 

@@ -19,7 +19,7 @@ from . import ctconfig, gather
 from .liveplan import live_ops
 from .backends import Lxc, Proxmox
 from .errors import LxcfixError
-from .model import Finding, HostFacts, Plan
+from .model import Finding, HostFacts, Plan, ProbeResult
 from .observe import ProbeFailed, observe
 from .plan import make_plan
 from .rules import Context, run_rules
@@ -36,6 +36,7 @@ class CtReport:
     node: str | None = None
     status: str | None = None
     error: str | None = None
+    probe: ProbeResult | None = None  # what the probe saw inside, when it ran
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,7 @@ def analyze_container(facts: HostFacts, loaded: gather.Loaded, loader, style: st
     if status == "running" and not plan.is_empty:
         findings = mark_live_fixable(ctx, plan, findings)
     return CtReport(facts.host, loaded.ct, loaded.path, tuple(findings) + tuple(extra), plan,
-                    node=loaded.node, status=status)
+                    node=loaded.node, status=status, probe=ctx.probe)
 
 
 # What a live apply repairs when the plan's change can be made live.

@@ -8,6 +8,7 @@
 #   nvidia_smi rc=N                   then "nvidia_smi_out <line>" for each line nvidia-smi -L printed
 #   cuinit <code>                     cuInit(0) via python3 + ctypes
 #   driver <version> <where seen>     container userspace driver
+#   group <name> <gid>                render/video group ids (/etc/group): what devN gid= must say
 #   end
 
 have() { command -v "$1" >/dev/null 2>&1; }
@@ -146,5 +147,12 @@ if [ -z "$driver" ] && [ -z "$blocker" ] && have nvidia-smi; then
     case $v in [0-9]*) driver="$v nvidia-smi" ;; esac
 fi
 [ -n "$driver" ] && printf 'driver %s\n' "$driver"
+
+# The container's own ids of the groups GPU nodes belong to (they differ between distributions).
+if [ -r /etc/group ]; then
+    while IFS=: read -r gname _ gid _; do
+        case $gname in render|video) case $gid in *[!0-9]*|'') ;; *) printf 'group %s %s\n' "$gname" "$gid" ;; esac ;; esac
+    done < /etc/group
+fi
 
 echo end

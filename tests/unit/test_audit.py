@@ -353,3 +353,14 @@ def test_unknown_occasion_is_bad_input():
 
 def test_markdown_cells_are_escaped():
     assert audit._cell("a|b\nc") == "a\\|b<br>c"
+
+
+def test_render_gid_comes_from_the_probe_when_it_ran():
+    from lxcfix.model import ProbeResult
+
+    h = host()
+    probed = tuple(replace(c, probe=ProbeResult(groups={"render": 993})) if c.ct == "202" else c
+                   for c in h.containers)
+    report = audit.audit([replace(h, containers=probed)], "reboot")
+    (i,) = items(report, ct="202", code="LXF201")
+    assert "gid=993" in i.change

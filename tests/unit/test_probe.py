@@ -497,3 +497,19 @@ def test_truncated_output_reports_only_what_was_seen():
 def test_findings_serialize():
     for f in gt_classify("deny all 195", allowlist="c 238:* rwm"):
         json.dumps(f.to_json())
+
+
+def test_group_ids_are_read_from_etc_group(shell, tree):
+    """`group render|video <gid>` from the container's /etc/group: what a devN gid= must say."""
+    expected = {}
+    for line in Path("/etc/group").read_text().splitlines():
+        name, _, gid = (line.split(":") + ["", "", ""])[:3]
+        if name in ("render", "video") and gid.isdigit():
+            expected[name] = int(gid)
+    r = run_script(shell, ["/dev/null"], cwd=tree)
+    assert probe.parse(r.stdout).groups == expected
+
+
+def test_parse_group_lines():
+    got = probe.parse("lxcfix-probe 1\ngroup render 104\ngroup video 44\ngroup wheel 10\ngroup render x\nend\n")
+    assert got.groups == {"render": 104, "video": 44}
