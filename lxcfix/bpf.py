@@ -229,7 +229,7 @@ def _block(ins, i: int) -> tuple[DeviceRule | None, int]:
     start = i
     jumps: list[int] = []  # indexes of the conditional jumps, to check targets
     mask = ACC_READ | ACC_WRITE | ACC_MKNOD
-    kind, major, minor = "a", None, None
+    kind = "a"
     if i + 2 < n and _is(ins[i], _MOV32_X, 1, 3) and _is(ins[i + 1], _AND32_K, 1) \
             and _is(ins[i + 2], _JNE_X, 1, 3):
         mask = ins[i + 1][4]
@@ -244,18 +244,15 @@ def _block(ins, i: int) -> tuple[DeviceRule | None, int]:
         kind = "b" if t == DEV_BLOCK else "c"
         jumps.append(i)
         i += 1
-    if i < n and _is(ins[i], _JNE_K, 4):
-        if ins[i][4] < 0:
-            return None, start
-        major = ins[i][4]
-        jumps.append(i)
-        i += 1
-    if i < n and _is(ins[i], _JNE_K, 5):
-        if ins[i][4] < 0:
-            return None, start
-        minor = ins[i][4]
-        jumps.append(i)
-        i += 1
+    numbers = {4: None, 5: None}  # r4 major, r5 minor: absent check = wildcard
+    for reg in (4, 5):
+        if i < n and _is(ins[i], _JNE_K, reg):
+            if ins[i][4] < 0:
+                return None, start
+            numbers[reg] = ins[i][4]
+            jumps.append(i)
+            i += 1
+    major, minor = numbers[4], numbers[5]
     if i + 1 >= n or not _is(ins[i], _MOV64_K, 0) or ins[i][3] != 0 or ins[i][4] not in (0, 1) \
             or not _is(ins[i + 1], _EXIT, 0) or ins[i + 1][3:] != (0, 0):
         return None, start

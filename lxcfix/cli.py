@@ -252,6 +252,7 @@ def apply(
         f"back up to {os.path.join(state, 'backups', ct)}/<time>-{p.digest[:12]}.conf (0600)",
         f"write {p.path} atomically (temp file, fsync, re-parse, rename)",
     ]
+    ops = None
     if live:
         ops = repair.live_ops(target, c, rep.facts)
         if ops.refuse:
@@ -277,7 +278,7 @@ def apply(
             raise BadInput("not a terminal and no --yes: refusing to change anything (the diff is above)")
         if not typer.confirm(f"apply this change to CT {ct}?", default=False):
             raise BadInput("not confirmed; nothing changed")
-    result = repair.apply_plan(target, c, rep.facts, style, restart=not no_restart, live=live)
+    result = repair.apply_plan(target, c, rep.facts, style, restart=not no_restart, live=live, ops=ops)
     out.print(Text(f"CT {ct}: applied ({result.step_reached}); backup {result.backup_path}", style="green"))
     raise typer.Exit(ExitCode.CLEAN)
 

@@ -145,13 +145,14 @@ def live_ops(target: Target, c: CtReport, facts: HostFacts) -> LiveOps:
 
 
 def apply_plan(target: Target, c: CtReport, facts: HostFacts, style: str = "auto", restart: bool = True,
-               before_write: Callable[[str], None] | None = None, live: bool = False) -> ApplyResult:
+               before_write: Callable[[str], None] | None = None, live: bool = False,
+               ops: LiveOps | None = None) -> ApplyResult:
     """Back up, write atomically, restart if it ran (or, live, change the running
-    container in place), verify; roll back on failure."""
+    container in place: `ops`, or live_ops() of the plan), verify; roll back on failure."""
     if live:
         if not target.live:
             raise BadInput("--live changes a running container: not with --root")
-        ops = live_ops(target, c, facts)
+        ops = ops or live_ops(target, c, facts)
         if ops.refuse:
             raise BadInput(f"--live cannot do this change: {ops.refuse}")
         pid = target.backend.init_pid(target.transport, c.ct)

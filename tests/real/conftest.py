@@ -68,11 +68,6 @@ def env(tmp_path, monkeypatch):
 @pytest.fixture
 def uvm(tmp_path, env):
     """A driverless node with a dynamic-range major, and a /proc/devices text naming it nvidia-uvm."""
-    major = harness.free_char_major(511)
-    (tmp_path / "dev").mkdir()
-    node = harness.mknod(str(tmp_path / "dev" / "nvidia-uvm"), major, 0)
-    proc = tmp_path / "proc-devices"
-    proc.write_text(f"Character devices:\n  1 mem\n  5 /dev/tty\n 10 misc\n136 pts\n195 nvidia\n{major} nvidia-uvm\n\n"
-                    "Block devices:\n  8 sd\n")
-    env["LXCFIX_PROC_DEVICES"] = str(proc)
+    node, major, proc = harness.driverless_uvm(str(tmp_path))
+    env["LXCFIX_PROC_DEVICES"] = proc
     return node, major

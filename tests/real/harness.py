@@ -131,6 +131,20 @@ def mknod(path: str, major: int, minor: int, mode: int = 0o666, kind: str = "c")
     return str(path)
 
 
+def driverless_uvm(directory) -> tuple[str, int, str]:
+    """(node, major, proc_devices_file): a node with a free dynamic-range major at
+    <directory>/devs/nvidia-uvm, and a /proc/devices text naming that major
+    nvidia-uvm, for LXCFIX_PROC_DEVICES. Open gives EPERM denied, ENXIO allowed."""
+    major = free_char_major(511)
+    os.makedirs(os.path.join(directory, "devs"), exist_ok=True)
+    node = mknod(os.path.join(directory, "devs", "nvidia-uvm"), major, 0)
+    proc = os.path.join(directory, "proc-devices")
+    with open(proc, "w") as f:
+        f.write(f"Character devices:\n  1 mem\n  5 /dev/tty\n 10 misc\n136 pts\n195 nvidia\n{major} nvidia-uvm\n\n"
+                "Block devices:\n  8 sd\n")
+    return node, major, proc
+
+
 def char_majors_in_use(proc_devices: str | None = None) -> set[int]:
     if proc_devices is None:
         with open("/proc/devices") as f:

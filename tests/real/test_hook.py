@@ -34,13 +34,8 @@ def env(tmp_path, monkeypatch):
 @pytest.fixture
 def moved(tmp_path, monkeypatch):
     """(node, M): a driverless node with major M, which /proc/devices (as lxcfix reads it) names nvidia-uvm."""
-    major = harness.free_char_major(511)
-    (tmp_path / "devs").mkdir()
-    node = harness.mknod(str(tmp_path / "devs" / "nvidia-uvm"), major, 0)
-    proc = tmp_path / "proc-devices"
-    proc.write_text(f"Character devices:\n  1 mem\n  5 /dev/tty\n 10 misc\n136 pts\n195 nvidia\n{major} nvidia-uvm\n\n"
-                    "Block devices:\n  8 sd\n")
-    monkeypatch.setenv("LXCFIX_PROC_DEVICES", str(proc))
+    node, major, proc = harness.driverless_uvm(str(tmp_path))
+    monkeypatch.setenv("LXCFIX_PROC_DEVICES", proc)
     return node, major
 
 

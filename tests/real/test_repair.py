@@ -172,12 +172,8 @@ def test_failed_start_rolls_back_and_runs_old_config(pve, env, tmp_path, monkeyp
     from lxcfix import repair
     from lxcfix.errors import ApplyFailed
 
-    major = harness.free_char_major(511)
-    (tmp_path / "devs").mkdir()
-    node = harness.mknod(str(tmp_path / "devs" / "nvidia-uvm"), major, 0)
-    proc = tmp_path / "proc-devices"
-    proc.write_text(f"Character devices:\n  1 mem\n 10 misc\n{major} nvidia-uvm\n")
-    monkeypatch.setenv("LXCFIX_PROC_DEVICES", str(proc))
+    node, major, proc = harness.driverless_uvm(str(tmp_path))
+    monkeypatch.setenv("LXCFIX_PROC_DEVICES", proc)
     for k, v in pve.env().items():
         monkeypatch.setenv(k, v)
     ct = pve.make_ct([f"lxc.mount.entry: {node} dev/nvidia-uvm none bind,optional,create=file"])
