@@ -14,12 +14,8 @@ import re
 from dataclasses import dataclass, field
 
 from .errors import BadInput
-from .model import Result
+from .model import LXC_NAME, VMID, Result
 from .transport import ContainerExec, Transport, env_path
-
-# What a container id may look like: a Proxmox vmid, an LXC container name.
-VMID = re.compile(r"^[1-9][0-9]{2,8}$")
-LXC_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
 
 
 def _listdir(transport: Transport, path: str) -> list[str]:

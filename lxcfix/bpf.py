@@ -4,9 +4,10 @@ LXC compiles `lxc.cgroup2.devices.*` into a BPF_PROG_TYPE_CGROUP_DEVICE
 program attached to the container's limit cgroup. `lxc-cgroup` and
 `lxc-device` swap that program on a running container without touching any
 file, so the program is the only place the live truth is kept. This module
-reads it back (over any Transport) and decodes it.
+decodes it (pure: bytes in, a LiveAllowlist out) and holds the text of the
+reader script that fetches it; lxcfix.observe runs that reader on a host.
 
-    live = read_live(Local(), "/sys/fs/cgroup/lxc.payload.web")
+    live = decode(xlated_bytes)
     live.mode                   -> "allowlist"
     describe(live.rules)        -> "c *:* m, b *:* m, c 1:3 rwm, ..., c 195:* rwm"
     live.allows("c", 511, 0)    -> False
@@ -29,7 +30,7 @@ Blocks are in LXC's list order, which is the reverse of the config order
 (new entries go to the list head); the first matching block decides.
 
 LXC's list semantics (bpf_list_add_device, bpf_device_add), mirrored by
-LxcDeviceList below, which the config-side evaluator must agree with:
+devices.LxcDeviceList, which the config-side evaluator must agree with:
 - `a` (exactly; type a, no numbers, empty access) sets the mode
   (allow a -> denylist, deny a -> allowlist) and empties the list.
   The initial mode is allowlist.
@@ -62,13 +63,14 @@ from __future__ import annotations
 import json
 import posixpath
 import struct
-from dataclasses import dataclass, field
-from typing import Callable, Iterable, Literal
+from dataclasses import dataclass
+from typing import Callable, Iterable
 
+from .devices import (  # noqa: F401  (LiveAllowlist, LxcDeviceList, describe: this module's vocabulary)
+    ACC_MKNOD, ACC_READ, ACC_WRITE, LiveAllowlist, LxcDeviceList, access_from_mask, describe,
+    mask_from_access, parse_lxc_value,
+)
 from .model import DeviceRule
-from .transport import Local, Transport
-
-Mode = Literal["allowlist", "denylist"]
 
 CGROUP_ROOT = "/sys/fs/cgroup"
 
@@ -82,7 +84,6 @@ _JNE_X = 0x5D       # BPF_JMP | BPF_JNE | BPF_X
 _MOV64_K = 0xB7     # BPF_ALU64 | BPF_MOV | BPF_K
 _EXIT = 0x95        # BPF_JMP | BPF_EXIT
 
-ACC_MKNOD, ACC_READ, ACC_WRITE = 1, 2, 4
 DEV_BLOCK, DEV_CHAR = 1, 2
 
 _PROLOGUE = (
@@ -93,79 +94,6 @@ _PROLOGUE = (
     (_LDX_W, 4, 1, 4, 0),
     (_LDX_W, 5, 1, 8, 0),
 )
-
-
-def access_from_mask(mask: int) -> str:
-    """1 mknod, 2 read, 4 write -> subset of "rwm" in that order."""
-    return ("r" if mask & ACC_READ else "") + ("w" if mask & ACC_WRITE else "") + ("m" if mask & ACC_MKNOD else "")
-
-
-def mask_from_access(access: str) -> int:
-    return (ACC_READ if "r" in access else 0) | (ACC_WRITE if "w" in access else 0) | (ACC_MKNOD if "m" in access else 0)
-
-
-def _rule_matches(rule: DeviceRule, kind: str, major: int, minor: int, access: str) -> bool:
-    if rule.kind != "a" and rule.kind != kind:
-        return False
-    if rule.major is not None and rule.major != major:
-        return False
-    if rule.minor is not None and rule.minor != minor:
-        return False
-    # the program's test: (requested & MASK) == requested
-    want = mask_from_access(access)
-    return want & mask_from_access(rule.access) == want
-
-
-@dataclass(frozen=True)
-class LiveAllowlist:
-    """One decoded device program.
-
-    rules are in CONFIG order (the program holds them in reverse): rules[-1]
-    is the block checked first. unknown: something in the program was not
-    LXC's layout; rules then hold the blocks decoded before it (in program
-    order those are the first checked, so a match among them still decides),
-    and mode comes from the final `r0 = K; exit` when one was found.
-    prog_id: the kernel's id, when read live. others: the other device
-    programs that also run for this cgroup (several attached with
-    BPF_F_ALLOW_MULTI, or inherited from ancestors); the kernel allows an
-    access only when every one of them does, so allows() ANDs them in.
-    """
-
-    mode: Mode
-    rules: tuple[DeviceRule, ...] = ()
-    unknown: bool = False
-    prog_id: int | None = field(default=None, compare=False)
-    others: tuple["LiveAllowlist", ...] = field(default=(), compare=False)
-
-    def _own_verdict(self, kind: str, major: int, minor: int, access: str) -> bool | None:
-        for rule in reversed(self.rules):  # program order: last config line first
-            if _rule_matches(rule, kind, major, minor, access):
-                return rule.allow
-        if self.unknown:
-            return None
-        return self.mode == "denylist"
-
-    def verdict(self, kind: str, major: int, minor: int, access: str = "rw") -> bool | None:
-        """True/False as the kernel decides; None when an undecoded part of a
-        program would decide."""
-        verdicts = [self._own_verdict(kind, major, minor, access)]
-        verdicts += [o._own_verdict(kind, major, minor, access) for o in self.others]
-        if False in verdicts:
-            return False
-        if None in verdicts:
-            return None
-        return True
-
-    def allows(self, kind: str, major: int, minor: int, access: str = "rw") -> bool:
-        """kind "c"|"b"; access a subset of "rwm" (several letters: all at
-        once, as open(O_RDWR) asks). An undecidable answer counts as no."""
-        return self.verdict(kind, major, minor, access) is True
-
-    def summary(self) -> str:
-        text = f"{self.mode}: {describe(self.rules) or 'no rules'}"
-        if self.unknown:
-            text += " (+ undecoded instructions)"
-        return text
 
 
 # ---------------------------------------------------------------- decoding
@@ -294,166 +222,6 @@ def encode(live: LiveAllowlist) -> bytes:
         out += [(_MOV64_K, 0, 0, 0, 1 if rule.allow else 0), (_EXIT, 0, 0, 0, 0)]
     out += [(_MOV64_K, 0, 0, 0, 1 if live.mode == "denylist" else 0), (_EXIT, 0, 0, 0, 0)]
     return b"".join(struct.pack("<BBhi", c, d | (s << 4), o, m) for c, d, s, o, m in out)
-
-
-def format_rule(rule: DeviceRule) -> str:
-    """`c 195:* rwm`; a type-less block as `a 7:* m` (DeviceRule's str would
-    say just `a`); deny rules prefixed `deny `."""
-    if rule.path is not None or rule.kind != "a":
-        text = str(rule)
-    else:
-        major = "*" if rule.major is None else str(rule.major)
-        minor = "*" if rule.minor is None else str(rule.minor)
-        text = f"a {major}:{minor} {rule.access}"
-    return text if rule.allow else f"deny {text}"
-
-
-def describe(rules: Iterable[DeviceRule]) -> str:
-    """"c 195:* rwm, c 508:* rwm" (in the order given)."""
-    return ", ".join(format_rule(r) for r in rules)
-
-
-# ---------------------------------------------------------------- LXC's list, mirrored
-
-@dataclass
-class _Entry:
-    kind: str
-    major: int
-    minor: int
-    access: str  # raw, as written (LXC compares it with strcmp)
-    allow: bool
-    origin: str = ""  # where the line came from ("200.conf:14"), for messages
-
-    def rule(self) -> DeviceRule:
-        return DeviceRule(self.kind, None if self.major < 0 else self.major,
-                          None if self.minor < 0 else self.minor,
-                          access_from_mask(mask_from_access(self.access)), allow=self.allow)
-
-
-def parse_lxc_value(allow: bool, value: str) -> _Entry | None:
-    """LXC 5.0's device_cgroup_rule_parse (non-path form); None: LXC rejects it."""
-    v = value
-    if v == "a":
-        return _Entry("a", -1, -1, "", allow)
-    if not v or v[0] not in "abc":
-        return None
-    kind, v = v[0], v[1:]
-    if not v or v[0] not in " \t\n\v\f\r":
-        return None
-    v = v[1:]
-
-    def number(v: str) -> tuple[int | None, str] | None:
-        if v[:1] == "*":
-            return -1, v[1:]
-        digits = ""
-        while v[:1] and v[0] in "0123456789" and len(digits) < 49:
-            digits, v = digits + v[0], v[1:]
-        if not digits or int(digits) > 2**31 - 1:
-            return None
-        return int(digits), v
-
-    got = number(v)
-    if got is None:
-        return None
-    major, v = got
-    if v[:1] != ":":
-        return None
-    got = number(v[1:])
-    if got is None:
-        return None
-    minor, v = got
-    if not v or v[0] not in " \t\n\v\f\r":
-        return None
-    v = v[1:]
-    access = ""
-    for ch in v[:3]:
-        if ch in "rwm":
-            access += ch
-        elif ch in "\n\0":
-            break
-        else:
-            return None
-    return _Entry(kind, major, minor, access, allow)
-
-
-class LxcDeviceList:
-    """LXC 5.0's struct bpf_devices, replayed: feed it the config's
-    lxc.cgroup2.devices.* lines in order (includes expanded), then ask for the
-    program it would attach.
-
-        dl = LxcDeviceList()
-        dl.add(False, "a"); dl.add(True, "c 195:* rwm"); dl.add(False, "c 195:0 rwm")
-        dl.program()   -> LiveAllowlist("allowlist", (DeviceRule("c", 195, None, "rwm"),))
-    """
-
-    def __init__(self) -> None:
-        self.mode: Mode = "allowlist"
-        self.entries: list[_Entry] = []  # LXC list order: head (newest) first
-
-    def copy(self) -> "LxcDeviceList":
-        """An independent copy (entries are flipped in place by later lines)."""
-        dl = LxcDeviceList()
-        dl.mode = self.mode
-        dl.entries = [_Entry(e.kind, e.major, e.minor, e.access, e.allow, e.origin) for e in self.entries]
-        return dl
-
-    def _emitted(self, e: _Entry) -> bool:  # bpf_device_add
-        return e.allow == (self.mode == "allowlist")
-
-    def add(self, allow: bool, value: str,
-            stat: Callable[[str], tuple[str, int, int] | None] | None = None, origin: str = "") -> str:
-        """One `devices.allow|deny = value` line. Returns what LXC did:
-        "mode", "added", "switched", "reused" or "rejected" (logged, skipped).
-        stat(path) -> (kind, major, minor) resolves the path form (allow only)."""
-        value = value.strip()
-        if allow and value.startswith("/"):
-            parts = value.split()
-            if len(parts) < 2 or stat is None:
-                return "rejected"
-            hit = stat(parts[0])
-            acc = parse_lxc_value(True, f"c 0:0 {parts[1]}")
-            if hit is None or acc is None:
-                return "rejected"
-            entry = _Entry(hit[0], hit[1], hit[2], acc.access, True, origin)
-        else:
-            entry = parse_lxc_value(allow, value)
-            if entry is None:
-                return "rejected"
-            entry.origin = origin
-        if entry.kind == "a" and entry.major < 0 and entry.minor < 0 and entry.access == "":
-            self.mode = "denylist" if entry.allow else "allowlist"
-            self.entries = []
-            return "mode"
-        for cur in self.entries:
-            if (cur.kind, cur.major, cur.minor, cur.access) != (entry.kind, entry.major, entry.minor, entry.access):
-                continue
-            if not self._emitted(cur):
-                continue
-            if cur.allow != entry.allow:
-                cur.allow = entry.allow
-                return "switched"
-            return "reused"
-        self.entries.insert(0, entry)
-        return "added"
-
-    def program(self) -> LiveAllowlist:
-        """The program LXC builds from the list (what a live update attaches)."""
-        emitted = [e.rule() for e in self.entries if self._emitted(e)]
-        return LiveAllowlist(self.mode, tuple(reversed(emitted)), False)
-
-    def unloadable(self) -> bool:
-        """True when the program would be rejected by the kernel's verifier:
-        an emitted rule with no check at all (`a *:* rwm`, not the bare `a`)
-        ends the program early and leaves the rest unreachable. Measured:
-        `lxc.cgroup2.devices.allow = a *:* rwm` in allowlist mode makes
-        lxc-start fail ("Failed to load bpf program", EINVAL)."""
-        return any(e.kind == "a" and e.major < 0 and e.minor < 0 and mask_from_access(e.access) == 7
-                   for e in self.entries if self._emitted(e))
-
-    def at_start(self) -> LiveAllowlist | None:
-        """What lxc-start attaches: None (no program, all devices allowed) when
-        the list is empty."""
-        return self.program() if self.entries else None
 
 
 def lxc_expected(lines: Iterable[tuple[bool, str]],
@@ -590,15 +358,6 @@ sys.exit(status)
 '''
 
 
-def read_here(cgroup_path: str) -> ReaderOutput:
-    """The reader run in this process: on the local host it saves starting a
-    second interpreter (part of every verify after an apply)."""
-    namespace: dict = {"__name__": "lxcfix_bpf_reader"}
-    exec(compile(READER_LIB, "<lxcfix bpf reader>", "exec"), namespace)
-    lines, _ = namespace["report"](cgroup_path)
-    return parse_reader("\n".join(lines))
-
-
 @dataclass(frozen=True)
 class ReaderOutput:
     """Parsed reader output. status: "progs" | "none" | "error" | "garbage"."""
@@ -664,60 +423,6 @@ def _bpftool_insns(listing: list) -> bytes:
     return bytes(out)
 
 
-def read_bpftool(transport: Transport, cgroup_path: str) -> ReaderOutput:
-    """The same through bpftool (`cgroup show [effective]` + `prog dump xlated
-    opcodes`), whose JSON gives every instruction's bytes."""
-
-    def show(*extra: str) -> list[int] | None:
-        r = transport.run(["bpftool", "-j", "cgroup", "show", cgroup_path, *extra], timeout=30)
-        if not r.ok:
-            return None
-        try:
-            rows = json.loads(r.stdout) if r.stdout.strip() else []
-        except ValueError:
-            return None
-        return [int(p["id"]) for p in rows if isinstance(p, dict) and "device" in str(p.get("attach_type", ""))]
-
-    ids = show()
-    scope = "direct"
-    if ids is None:
-        return ReaderOutput("error", errno="EIO", message="bpftool cgroup show failed", via="bpftool")
-    if not ids:
-        scope, ids = "effective", show("effective") or []
-    if not ids:
-        return ReaderOutput("none", scope=scope, via="bpftool")
-    progs = []
-    for pid in ids:
-        r = transport.run(["bpftool", "-j", "prog", "dump", "xlated", "id", str(pid), "opcodes"], timeout=30)
-        try:
-            progs.append((pid, _bpftool_insns(json.loads(r.stdout))))
-        except (ValueError, KeyError, TypeError):
-            return ReaderOutput("error", errno="EIO", message=f"bpftool prog dump xlated id {pid} failed",
-                                via="bpftool")
-    return ReaderOutput("progs", tuple(progs), scope, via="bpftool")
-
-
-def read_programs(transport: Transport, cgroup_path: str) -> ReaderOutput:
-    """The device programs of one cgroup: the python3 reader, then bpftool
-    when python3 gives no clear answer (missing, unsupported arch, ...)."""
-    if isinstance(transport, Local):
-        out, r = read_here(cgroup_path), None
-    else:
-        r = transport.run(["python3", "-c", READER, cgroup_path], timeout=30)
-        out = parse_reader(r.stdout)
-    if out.status in ("progs", "none"):
-        return out
-    if out.status == "error" and out.errno == "ENOENT":
-        return out  # no such cgroup: bpftool will not find it either
-    fallback = read_bpftool(transport, cgroup_path)
-    if fallback.status in ("progs", "none"):
-        return fallback
-    if out.status == "error":
-        return out
-    detail = (r.stderr.strip() or out.message or f"rc {r.rc}") if r is not None else out.message
-    return ReaderOutput("error", errno="EIO", via="python3", message=detail[:300])
-
-
 def effective_of(out: ReaderOutput) -> LiveAllowlist | None:
     """One LiveAllowlist for what the reader saw; None without programs.
 
@@ -742,12 +447,6 @@ def effective_of(out: ReaderOutput) -> LiveAllowlist | None:
 
 def _with_id(d: LiveAllowlist, pid: int) -> LiveAllowlist:
     return LiveAllowlist(d.mode, d.rules, d.unknown, pid)
-
-
-def read_live(transport: Transport, cgroup_path: str) -> LiveAllowlist | None:
-    """The live device policy of one cgroup, or None when no device program
-    applies or it could not be read (read_programs() says which)."""
-    return effective_of(read_programs(transport, cgroup_path))
 
 
 def cgroup_candidates(backend: str, ct: str, *, proc_cgroup: str | None = None,

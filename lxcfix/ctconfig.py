@@ -27,10 +27,12 @@ Flavor = Literal["pve", "lxc"]
 _PVE_LXC = re.compile(r"^(lxc\.[A-Za-z0-9_\-.]+)(?:\s*:|\s*=)\s*(.*?)\s*$")
 _PVE_KEY = re.compile(r"^([a-z][a-z0-9_\-]*):\s*(.*?)\s*$")
 _LXC_KEY = re.compile(r"^([A-Za-z0-9_\-.]+)\s*=\s*(.*?)\s*$")
-_SECTION = re.compile(r"^\[([^\]]*)\]\s*$")
-# A section header at the start of a line, as parse_line would read it.
-_FIRST_SECTION = re.compile(rb"(?m)^[ \t\v\f]*\[[^\]\n]*\][ \t\v\f\r]*(?:\n|$)")
-_SECTION_LINE = re.compile(rb"(?m)^[ \t\v\f]*\[([^\]\n]*)\][ \t\v\f\r]*(?:\n|$)")
+# Section headers as pve-container's parse_pct_config reads them (case-insensitive,
+# at the start of the line): `[pve:pending]`, or a snapshot name of two or more
+# characters. `[x]`, ` [snap]`, `[1a]` or `[a b]` are not sections (just bad lines).
+_SECTION = re.compile(r"^\[(pve:pending|[a-z][a-z0-9_\-]+)\][ \t\v\f\r]*$", re.I)
+_FIRST_SECTION = re.compile(rb"(?mi)^\[(?:pve:pending|[a-z][a-z0-9_\-]+)\][ \t\v\f\r]*(?:\n|$)")
+_SECTION_LINE = re.compile(rb"(?mi)^\[(pve:pending|[a-z][a-z0-9_\-]+)\][ \t\v\f\r]*(?:\n|$)")
 
 MAIN = None  # the section of lines before the first "[name]"
 
@@ -170,8 +172,8 @@ def parse_line(raw: bytes, section: str | None, flavor: Flavor) -> Line:
     if not head or head == b"#":  # blank or comment: the common cheap case
         return Line(raw, section)
     stripped = raw.decode("utf-8", "surrogateescape").strip()
-    if flavor == "pve" and head == b"[":
-        m = _SECTION.match(stripped)
+    if flavor == "pve" and raw[:1] == b"[":
+        m = _SECTION.match(raw.decode("utf-8", "surrogateescape").rstrip("\n"))
         if m:
             return Line(raw, m.group(1), header=m.group(1))
     kv = _split_key(stripped, flavor)
@@ -193,11 +195,20 @@ def parse(raw: bytes, flavor: Flavor, path: str = "") -> CtConfig:
     for chunk in split_lines(raw):
         lines.append(parse_line(chunk, MAIN, flavor))
     if tail:
-        first = tail.split(b"\n", 1)[0].decode("utf-8", "surrogateescape").strip()
+        first = tail.split(b"\n", 1)[0].decode("utf-8", "surrogateescape")
         header = _SECTION.match(first)
-        name = header.group(1) if header else first
+        name = header.group(1) if header else first.strip()
         lines.append(Line(tail, name, header=name))
     return CtConfig(flavor, tuple(lines), path)
+
+
+def sections_tail(raw: bytes, flavor: Flavor) -> bytes:
+    """Everything from the first `[section]` on (snapshots, pending changes),
+    which no edit may touch; b"" for plain LXC configs, which have none."""
+    if flavor != "pve":
+        return b""
+    m = _FIRST_SECTION.search(raw)
+    return raw[m.start():] if m else b""
 
 
 def serialize(cfg: CtConfig) -> bytes:
@@ -207,13 +218,38 @@ def serialize(cfg: CtConfig) -> bytes:
 # ---- edit primitives: each returns a new CtConfig; only the main section moves
 
 
-def format_line(flavor: Flavor, key: str, value: str, eol: bytes = b"\n") -> bytes:
+def is_devn_key(key: str | None) -> bool:
+    """`dev0` .. `dev255`: a Proxmox device passthrough entry (ASCII digits only)."""
+    return bool(key) and key.startswith("dev") and _DEVN_INDEX.fullmatch(key[3:]) is not None and int(key[3:]) <= 255
+
+
+_DEVN_INDEX = re.compile(r"0|[1-9][0-9]{0,2}")
+
+
+def next_devn(cfg: CtConfig) -> int:
+    """The first devN index after every one the main section uses."""
+    used = [int(ln.key[3:]) for _, ln in cfg.main() if is_devn_key(ln.key)]
+    return max(used) + 1 if used else 0
+
+
+def format_line(flavor: Flavor, key: str, value: str, eol: bytes = b"\n", like: Line | None = None) -> bytes:
+    """`key: value` (Proxmox) or `key = value` (LXC). like: the line this one
+    replaces; a raw `lxc.* = ` line in a Proxmox file keeps its ` = `."""
     sep = ": " if flavor == "pve" else " = "
+    if like is not None and flavor == "pve" and key.startswith("lxc.") and like.key and like.key.startswith("lxc.") \
+            and _uses_equals(like):
+        sep = " = "
     return f"{key}{sep}{value}".encode("utf-8", "surrogateescape") + eol
 
 
-def _new_line(cfg: CtConfig, key: str, value: str) -> Line:
-    return parse_line(format_line(cfg.flavor, key, value, cfg.newline), MAIN, cfg.flavor)
+def _uses_equals(line: Line) -> bool:
+    text = line.text.lstrip()
+    head = text[len(line.key or ""):]
+    return head.lstrip()[:1] == "="
+
+
+def _new_line(cfg: CtConfig, key: str, value: str, like: Line | None = None) -> Line:
+    return parse_line(format_line(cfg.flavor, key, value, cfg.newline, like), MAIN, cfg.flavor)
 
 
 def _main_end(cfg: CtConfig) -> int:
@@ -225,27 +261,41 @@ def _main_end(cfg: CtConfig) -> int:
     return end
 
 
-def insert_after(cfg: CtConfig, index: int, entries: Iterable[tuple[str, str]]) -> CtConfig:
+def insert_after(cfg: CtConfig, index: int, entries: Iterable[tuple[str, str]], like: Line | None = None) -> CtConfig:
     """Insert key/value lines after lines[index] (index -1: at the top)."""
     lines = list(cfg.lines)
     at = index + 1
     if at > 0 and not lines[at - 1].eol:
         # The file had no final newline: the line we append after needs one.
         lines[at - 1] = lines[at - 1]._replace(raw=lines[at - 1].raw + cfg.newline)
-    lines[at:at] = [_new_line(cfg, k, v) for k, v in entries]
+    lines[at:at] = [_new_line(cfg, k, v, like) for k, v in entries]
     return replace(cfg, lines=tuple(lines))
 
 
-def add(cfg: CtConfig, key: str, value: str, near: Iterable[str] = ()) -> CtConfig:
-    """Add `key value` after the last main-section line of `key` (or of a key in
-    `near`, e.g. mount entries next to allow rules); else after the last
-    non-blank main-section line, so blank lines before a snapshot stay put."""
+def anchor(cfg: CtConfig, key: str, near: Iterable[str] = ()) -> int:
+    """Where `add` puts a new `key` line: after the last main-section line of
+    `key` or of a key in `near`, else after the last non-blank one (so blank
+    lines before a snapshot stay put). A devN entry goes after the last devN
+    line, else after the last Proxmox key (raw lxc.* lines come last)."""
+    if is_devn_key(key):
+        last_devn = last_pve = -1
+        for i, ln in cfg.main():
+            if is_devn_key(ln.key):
+                last_devn = i
+            elif ln.key and not ln.key.startswith("lxc."):
+                last_pve = i
+        return last_devn if last_devn >= 0 else last_pve
     keys = {key, *near}
-    anchor = _main_end(cfg) - 1
+    found = _main_end(cfg) - 1
     for i, line in cfg.main():
         if line.key in keys:
-            anchor = i
-    return insert_after(cfg, anchor, [(key, value)])
+            found = i
+    return found
+
+
+def add(cfg: CtConfig, key: str, value: str, near: Iterable[str] = ()) -> CtConfig:
+    """Add `key value` where anchor() says."""
+    return insert_after(cfg, anchor(cfg, key, near), [(key, value)])
 
 
 def remove(cfg: CtConfig, index: int) -> CtConfig:
@@ -262,11 +312,69 @@ def remove(cfg: CtConfig, index: int) -> CtConfig:
 
 
 def set_value(cfg: CtConfig, index: int, key: str, value: str) -> CtConfig:
-    """Replace lines[index] with `key value`, keeping its line ending."""
+    """Replace lines[index] with `key value`, keeping its line ending (and its
+    ` = ` when it is a raw lxc.* line of a Proxmox file)."""
     line = cfg.lines[index]
     if line.section is not MAIN:
         raise ValueError("only main-section lines are edited")
-    new = parse_line(format_line(cfg.flavor, key, value, line.eol), MAIN, cfg.flavor)
+    new = parse_line(format_line(cfg.flavor, key, value, line.eol, like=line), MAIN, cfg.flavor)
     lines = list(cfg.lines)
     lines[index] = new
     return replace(cfg, lines=tuple(lines))
+
+
+def _add_rank(edit) -> int:
+    """Adds go in this order: device rules, then mount entries, then devN entries."""
+    key = edit.lines[0][0] if edit.lines else ""
+    if key.startswith(("lxc.cgroup2.devices.", "lxc.cgroup.devices.")):
+        return 0
+    if key == "lxc.mount.entry":
+        return 1
+    return 2 if is_devn_key(key) else 3
+
+
+def apply_edits(cfg: CtConfig, edits) -> CtConfig:
+    """The config with these model.Edit's made, every index being one of `cfg`.
+    Line edits go bottom up, so the indexes stay valid; then the adds, each next
+    to its kind. The same edit twice counts once (two fixes often need the same
+    rule: nvidia-uvm and nvidia-uvm-tools share `c 511:* rwm`); two different
+    edits of one line are a ValueError (plan.py never makes them)."""
+    unique = list(dict.fromkeys(edits))
+    at: dict[int, object] = {}
+    adds = []
+    for e in unique:
+        if e.op == "add":
+            adds.append(e)
+            continue
+        if e.index is None or not 0 <= e.index < len(cfg.lines) or cfg.lines[e.index].section is not MAIN:
+            raise ValueError(f"edit of line {e.index}: not a main-section line")
+        if e.index in at:
+            raise ValueError(f"two different edits of line {e.index + 1}")
+        at[e.index] = e
+    new = cfg
+    for index in sorted(at, reverse=True):
+        e = at[index]
+        if e.op == "remove" or not e.lines:
+            new = remove(new, index)
+            continue
+        like = cfg.lines[index]
+        new = set_value(new, index, *e.lines[0])
+        if e.lines[1:]:
+            new = insert_after(new, index, e.lines[1:], like=like)
+    for e in sorted(adds, key=_add_rank):
+        for key, value in e.lines:
+            new = add(new, key, value, near=e.near)
+    return new
+
+
+def describe_edit(cfg: CtConfig, edit) -> list[str]:
+    """An edit as a person reads it: `- old line` / `+ new line`, in the file's style."""
+    if edit.op == "add":
+        return [f"+ {_text(cfg, k, v)}" for k, v in edit.lines]
+    old = cfg.lines[edit.index]
+    out = [f"- {old.text.strip()}"]
+    return out + [f"+ {_text(cfg, k, v, old)}" for k, v in edit.lines]
+
+
+def _text(cfg: CtConfig, key: str, value: str, like: Line | None = None) -> str:
+    return format_line(cfg.flavor, key, value, b"", like).decode("utf-8", "surrogateescape")

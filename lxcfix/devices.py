@@ -6,18 +6,25 @@ Pure: data in, data out.
         == ({"nvidia": (195,), "nvidia-uvm": (511,)}, {"sd": (8,)})
     parse_rule("c 195:* rwm") == DeviceRule("c", 195, None, "rwm")
     RuleSet.replay([("deny", "a"), ("allow", "c 195:* rwm")]).allows("c", 195, 0, "rw") is True
+
+LXC's list semantics live here too (LxcDeviceList mirrors LXC 5.0's struct
+bpf_devices; measured byte-identical on 6.0.4), and the compiled program they
+produce (Program, which lxcfix.bpf decodes from the kernel's copy).
 """
 
 from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Iterable, Literal, Mapping, NamedTuple
 
 from .model import DeviceNode, DeviceRule, HostFacts
 
 # ---- /proc/devices
+
+
+_MAJOR = re.compile(r"[0-9]{1,7}")  # ASCII digits only: str.isdigit() takes "²", which int() refuses
 
 
 def parse_proc_devices(text: str) -> tuple[dict[str, tuple[int, ...]], dict[str, tuple[int, ...]]]:
@@ -33,7 +40,7 @@ def parse_proc_devices(text: str) -> tuple[dict[str, tuple[int, ...]], dict[str,
             section = block
         elif section is not None and line:
             parts = line.split(None, 1)
-            if len(parts) == 2 and parts[0].isdigit():
+            if len(parts) == 2 and _MAJOR.fullmatch(parts[0]):
                 section.setdefault(parts[1], []).append(int(parts[0]))
     return ({k: tuple(v) for k, v in char.items()}, {k: tuple(v) for k, v in block.items()})
 
@@ -105,7 +112,7 @@ CATALOG: tuple[Profile, ...] = (
     Profile(
         "nvidia",
         (
-            NodeSpec(r"/dev/nvidia(\d+)", _group()),
+            NodeSpec(r"/dev/nvidia([0-9]{1,6})", _group()),
             NodeSpec(r"/dev/nvidiactl", _fixed(255)),
             NodeSpec(r"/dev/nvidia-modeset", _fixed(254)),
         ),
@@ -121,13 +128,13 @@ CATALOG: tuple[Profile, ...] = (
     ),
     Profile(
         "nvidia-caps",
-        (NodeSpec(r"/dev/nvidia-caps/nvidia-cap(\d+)", _group()),),
+        (NodeSpec(r"/dev/nvidia-caps/nvidia-cap([0-9]{1,6})", _group()),),
         drivers=("nvidia-caps",),
         dirs=("/dev/nvidia-caps",),
     ),
     Profile(
         "dri",
-        (NodeSpec(r"/dev/dri/card(\d+)", _group()), NodeSpec(r"/dev/dri/renderD(\d+)", _group())),
+        (NodeSpec(r"/dev/dri/card([0-9]{1,6})", _group()), NodeSpec(r"/dev/dri/renderD([0-9]{1,6})", _group())),
         drivers=("drm",),
         static=226,
         dirs=("/dev/dri",),
@@ -138,12 +145,12 @@ CATALOG: tuple[Profile, ...] = (
             defaults=("/dev/net/tun",)),
     Profile("fuse", (NodeSpec(r"/dev/fuse", _fixed(229)),), static=10, defaults=("/dev/fuse",)),
     Profile("kvm", (NodeSpec(r"/dev/kvm", _fixed(232)),), static=10, defaults=("/dev/kvm",)),
-    Profile("apex", (NodeSpec(r"/dev/apex_(\d+)", _group()),), static=120, defaults=("/dev/apex_0",)),
-    Profile("usb-serial", (NodeSpec(r"/dev/ttyUSB(\d+)", _group()),), static=188),
-    Profile("usb-acm", (NodeSpec(r"/dev/ttyACM(\d+)", _group()),), static=166),
+    Profile("apex", (NodeSpec(r"/dev/apex_([0-9]{1,6})", _group()),), static=120, defaults=("/dev/apex_0",)),
+    Profile("usb-serial", (NodeSpec(r"/dev/ttyUSB([0-9]{1,6})", _group()),), static=188),
+    Profile("usb-acm", (NodeSpec(r"/dev/ttyACM([0-9]{1,6})", _group()),), static=166),
     Profile(
         "usb",
-        (NodeSpec(r"/dev/bus/usb/(\d+)/(\d+)", lambda m: (int(m.group(1)) - 1) * 128 + int(m.group(2)) - 1),),
+        (NodeSpec(r"/dev/bus/usb/([0-9]{1,6})/([0-9]{1,6})", lambda m: (int(m.group(1)) - 1) * 128 + int(m.group(2)) - 1),),
         static=189,
         dirs=("/dev/bus/usb",),
     ),
@@ -225,7 +232,7 @@ def nodes_under(directory: str, facts: HostFacts) -> list[DeviceNode]:
 
 # ---- rules
 
-_RULE = re.compile(r"^([abc])\s+(\*|\d+):(\*|\d+)\s+([rwm]+)$")
+_RULE = re.compile(r"^([abc])\s+(\*|[0-9]{1,10}):(\*|[0-9]{1,10})\s+([rwm]+)$")
 
 
 class RuleError(ValueError):
@@ -285,17 +292,228 @@ def is_overbroad(rule: DeviceRule) -> str | None:
 Mode = Literal["allowlist", "denylist"]
 
 
+# ---- the compiled program
+
+ACC_MKNOD, ACC_READ, ACC_WRITE = 1, 2, 4  # the kernel's access bits
+
+
+def access_from_mask(mask: int) -> str:
+    """1 mknod, 2 read, 4 write -> subset of "rwm" in that order."""
+    return ("r" if mask & ACC_READ else "") + ("w" if mask & ACC_WRITE else "") + ("m" if mask & ACC_MKNOD else "")
+
+
+def mask_from_access(access: str) -> int:
+    return (ACC_READ if "r" in access else 0) | (ACC_WRITE if "w" in access else 0) | (ACC_MKNOD if "m" in access else 0)
+
+
+@dataclass(frozen=True)
+class LiveAllowlist:
+    """One device program: what LXC compiles from a container's rules, or what
+    lxcfix.bpf decodes from the kernel's copy.
+
+    rules are in CONFIG order (the program holds them in reverse): rules[-1]
+    is the block checked first. unknown: something in the program was not
+    LXC's layout; rules then hold the blocks decoded before it (in program
+    order those are the first checked, so a match among them still decides),
+    and mode comes from the final `r0 = K; exit` when one was found.
+    prog_id: the kernel's id, when read live. others: the other device
+    programs that also run for this cgroup (several attached with
+    BPF_F_ALLOW_MULTI, or inherited from ancestors); the kernel allows an
+    access only when every one of them does, so allows() ANDs them in.
+    """
+
+    mode: Mode
+    rules: tuple[DeviceRule, ...] = ()
+    unknown: bool = False
+    prog_id: int | None = field(default=None, compare=False)
+    others: tuple["LiveAllowlist", ...] = field(default=(), compare=False)
+
+    def _own_verdict(self, kind: str, major: int, minor: int, access: str) -> bool | None:
+        for rule in reversed(self.rules):  # program order: last config line first
+            if rule.covers(kind, major, minor, access):
+                return rule.allow
+        if self.unknown:
+            return None
+        return self.mode == "denylist"
+
+    def verdict(self, kind: str, major: int, minor: int, access: str = "rw") -> bool | None:
+        """True/False as the kernel decides; None when an undecoded part of a
+        program would decide."""
+        verdicts = [self._own_verdict(kind, major, minor, access)]
+        verdicts += [o._own_verdict(kind, major, minor, access) for o in self.others]
+        if False in verdicts:
+            return False
+        if None in verdicts:
+            return None
+        return True
+
+    def allows(self, kind: str, major: int, minor: int, access: str = "rw") -> bool:
+        """kind "c"|"b"; access a subset of "rwm" (several letters: all at
+        once, as open(O_RDWR) asks). An undecidable answer counts as no."""
+        return self.verdict(kind, major, minor, access) is True
+
+    def summary(self) -> str:
+        text = f"{self.mode}: {describe(self.rules) or 'no rules'}"
+        if self.unknown:
+            text += " (+ undecoded instructions)"
+        return text
+
+
+def describe(rules: Iterable[DeviceRule]) -> str:
+    """"c 195:* rwm, deny c 195:3 rwm" (in the order given): a program's rules."""
+    return ", ".join(r.text(listing=True) for r in rules)
+
+
+# ---- LXC's list, mirrored
+
+@dataclass
+class _Entry:
+    kind: str
+    major: int
+    minor: int
+    access: str  # raw, as written (LXC compares it with strcmp)
+    allow: bool
+    origin: str = ""  # where the line came from ("200.conf:14"), for messages
+
+    def rule(self) -> DeviceRule:
+        return DeviceRule(self.kind, None if self.major < 0 else self.major,
+                          None if self.minor < 0 else self.minor,
+                          access_from_mask(mask_from_access(self.access)), allow=self.allow)
+
+
+def parse_lxc_value(allow: bool, value: str) -> _Entry | None:
+    """LXC 5.0's device_cgroup_rule_parse (non-path form); None: LXC rejects it."""
+    v = value
+    if v == "a":
+        return _Entry("a", -1, -1, "", allow)
+    if not v or v[0] not in "abc":
+        return None
+    kind, v = v[0], v[1:]
+    if not v or v[0] not in " \t\n\v\f\r":
+        return None
+    v = v[1:]
+
+    def number(v: str) -> tuple[int | None, str] | None:
+        if v[:1] == "*":
+            return -1, v[1:]
+        digits = ""
+        while v[:1] and v[0] in "0123456789" and len(digits) < 49:
+            digits, v = digits + v[0], v[1:]
+        if not digits or int(digits) > 2**31 - 1:
+            return None
+        return int(digits), v
+
+    got = number(v)
+    if got is None:
+        return None
+    major, v = got
+    if v[:1] != ":":
+        return None
+    got = number(v[1:])
+    if got is None:
+        return None
+    minor, v = got
+    if not v or v[0] not in " \t\n\v\f\r":
+        return None
+    v = v[1:]
+    access = ""
+    for ch in v[:3]:
+        if ch in "rwm":
+            access += ch
+        elif ch in "\n\0":
+            break
+        else:
+            return None
+    return _Entry(kind, major, minor, access, allow)
+
+
+class LxcDeviceList:
+    """LXC 5.0's struct bpf_devices, replayed: feed it the config's
+    lxc.cgroup2.devices.* lines in order (includes expanded), then ask for the
+    program it would attach.
+
+        dl = LxcDeviceList()
+        dl.add(False, "a"); dl.add(True, "c 195:* rwm"); dl.add(False, "c 195:0 rwm")
+        dl.program()   -> LiveAllowlist("allowlist", (DeviceRule("c", 195, None, "rwm"),))
+    """
+
+    def __init__(self) -> None:
+        self.mode: Mode = "allowlist"
+        self.entries: list[_Entry] = []  # LXC list order: head (newest) first
+
+    def copy(self) -> "LxcDeviceList":
+        """An independent copy (entries are flipped in place by later lines)."""
+        dl = LxcDeviceList()
+        dl.mode = self.mode
+        dl.entries = [_Entry(e.kind, e.major, e.minor, e.access, e.allow, e.origin) for e in self.entries]
+        return dl
+
+    def emitted(self, e: _Entry) -> bool:  # bpf_device_add: only the mode's polarity is compiled
+        return e.allow == (self.mode == "allowlist")
+
+    def add(self, allow: bool, value: str,
+            stat: Callable[[str], tuple[str, int, int] | None] | None = None, origin: str = "") -> str:
+        """One `devices.allow|deny = value` line. Returns what LXC did:
+        "mode", "added", "switched", "reused" or "rejected" (logged, skipped).
+        stat(path) -> (kind, major, minor) resolves the path form (allow only)."""
+        value = value.strip()
+        if allow and value.startswith("/"):
+            parts = value.split()
+            if len(parts) < 2 or stat is None:
+                return "rejected"
+            hit = stat(parts[0])
+            acc = parse_lxc_value(True, f"c 0:0 {parts[1]}")
+            if hit is None or acc is None:
+                return "rejected"
+            entry = _Entry(hit[0], hit[1], hit[2], acc.access, True, origin)
+        else:
+            entry = parse_lxc_value(allow, value)
+            if entry is None:
+                return "rejected"
+            entry.origin = origin
+        if entry.kind == "a" and entry.major < 0 and entry.minor < 0 and entry.access == "":
+            self.mode = "denylist" if entry.allow else "allowlist"
+            self.entries = []
+            return "mode"
+        for cur in self.entries:
+            if (cur.kind, cur.major, cur.minor, cur.access) != (entry.kind, entry.major, entry.minor, entry.access):
+                continue
+            if not self.emitted(cur):
+                continue
+            if cur.allow != entry.allow:
+                cur.allow = entry.allow
+                return "switched"
+            return "reused"
+        self.entries.insert(0, entry)
+        return "added"
+
+    def program(self) -> LiveAllowlist:
+        """The program LXC builds from the list (what a live update attaches)."""
+        emitted = [e.rule() for e in self.entries if self.emitted(e)]
+        return LiveAllowlist(self.mode, tuple(reversed(emitted)), False)
+
+    def unloadable(self) -> bool:
+        """True when the program would be rejected by the kernel's verifier:
+        an emitted rule with no check at all (`a *:* rwm`, not the bare `a`)
+        ends the program early and leaves the rest unreachable. Measured:
+        `lxc.cgroup2.devices.allow = a *:* rwm` in allowlist mode makes
+        lxc-start fail ("Failed to load bpf program", EINVAL)."""
+        return any(e.kind == "a" and e.major < 0 and e.minor < 0 and mask_from_access(e.access) == 7
+                   for e in self.entries if self.emitted(e))
+
+    def at_start(self) -> LiveAllowlist | None:
+        """What lxc-start attaches: None (no program, all devices allowed) when
+        the list is empty."""
+        return self.program() if self.entries else None
+
+
+
+
 class SourcedRule(NamedTuple):
     """A rule and where it came from ("200.conf:14", "common.conf:23")."""
 
     rule: DeviceRule
     origin: str = ""
-
-
-def _new_list():
-    from .bpf import LxcDeviceList
-
-    return LxcDeviceList()
 
 
 def _replay_into(dl, lines, resolve_path) -> None:
@@ -312,13 +530,13 @@ def _replayed_prefix(prefix: tuple[tuple[str, str, str], ...]):
     (those resolve against facts, so they are replayed each time)."""
     if any(v.lstrip().startswith("/") for _, v, _ in prefix):
         return None
-    dl = _new_list()
+    dl = LxcDeviceList()
     _replay_into(dl, prefix, None)
     return dl
 
 
 def _ruleset_of(dl) -> "RuleSet":
-    emitted = [e for e in reversed(dl.entries) if dl._emitted(e)]
+    emitted = [e for e in reversed(dl.entries) if dl.emitted(e)]
     rules = tuple(SourcedRule(_entry_rule(e.kind, e.major, e.minor, e.access, e.allow), e.origin) for e in emitted)
     return RuleSet(dl.mode, rules, bool(dl.entries))
 
@@ -339,7 +557,7 @@ def _entry_rule(kind: str, major: int, minor: int, access: str, allow: bool) -> 
 class RuleSet:
     """The cgroup2 device program LXC would attach, from the config's lines.
 
-    Built by replaying the lines through bpf.LxcDeviceList, LXC 5.0's own list
+    Built by replaying the lines through LxcDeviceList, LXC 5.0's own list
     semantics (checked against real programs): initial mode allowlist; the
     bare value `a` picks the mode and empties the list; an empty value empties
     the list and keeps the mode; a rule equal to a listed one (access compared
@@ -369,7 +587,7 @@ class RuleSet:
             dl = cached.copy()
             rest = lines[shared:]
         else:
-            dl = _new_list()
+            dl = LxcDeviceList()
             rest = lines
         _replay_into(dl, rest, resolve_path)
         return _ruleset_of(dl)
@@ -377,16 +595,8 @@ class RuleSet:
     def match(self, kind: str, major: int, minor: int, access: str = "rw") -> SourcedRule | None:
         """The compiled rule that decides, or None when the default does."""
         for sr in reversed(self.rules):
-            r = sr.rule
-            if r.kind not in ("a", kind):
-                continue
-            if r.major is not None and r.major != major:
-                continue
-            if r.minor is not None and r.minor != minor:
-                continue
-            if not covers_access(r.access, access):
-                continue
-            return sr
+            if sr.rule.covers(kind, major, minor, access):
+                return sr
         return None
 
     def allows(self, kind: str, major: int, minor: int, access: str = "rw") -> bool:
@@ -398,6 +608,6 @@ class RuleSet:
         return hit.rule.allow
 
     def describe(self, kind: str | None = None) -> str:
-        shown = [str(sr.rule) for sr in self.rules if sr.rule.allow and sr.rule.access != "m"
+        shown = [sr.rule.text() for sr in self.rules if sr.rule.allow and sr.rule.access != "m"
                  and (kind is None or sr.rule.kind == kind)]
         return ", ".join(shown) or "nothing"

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from . import ctconfig, devices, lxcdefaults
-from .ctconfig import CtConfig
+from .ctconfig import CtConfig, is_devn_key  # noqa: F401  (is_devn_key: part of this module's view)
 from .devices import RuleSet
 from .model import DeviceNode, HostFacts
 
@@ -120,10 +120,6 @@ def parse_devn(key: str, value: str, index: int) -> DevN | None:
         elif part and path is None:
             path = part
     return DevN(key, path, opts, index) if path else None
-
-
-def is_devn_key(key: str) -> bool:
-    return key.startswith("dev") and key[3:].isdigit() and 0 <= int(key[3:]) <= 255
 
 
 def _expand(

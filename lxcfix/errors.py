@@ -40,6 +40,13 @@ class Unreachable(LxcfixError):
     exit_code = ExitCode.UNREACHABLE
 
 
+class StateError(LxcfixError):
+    """lxcfix's own state (the state dir: backups, journal) cannot be used: a
+    full or read-only disk, a symlink planted there. Nothing was changed."""
+
+    exit_code = ExitCode.UNREACHABLE
+
+
 class CommandFailed(LxcfixError):
     """Result.check() on a non-zero exit."""
 
@@ -48,8 +55,7 @@ class CommandFailed(LxcfixError):
     def __init__(self, argv, result):
         self.argv = list(argv)
         self.result = result
-        tail = (result.stderr or result.stdout).strip().splitlines()[-1:] or [""]
-        super().__init__(f"{argv[0]} exited {result.rc}: {tail[0]}")
+        super().__init__(f"{argv[0]} exited {result.rc}: {result.tail()}")
 
 
 class ApplyFailed(LxcfixError):

@@ -26,8 +26,6 @@ A container on a node the inventory does not list is not judged anywhere.
 
 from __future__ import annotations
 
-import errno
-import inspect
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -40,7 +38,7 @@ from .inventory import HostEntry
 from .model import Finding, Result
 from .scan import CtReport, HostReport, scan_host
 from .ssh import DEFAULT_SSH_CONFIG, Ssh, SshError
-from .transport import ContainerExec, Local, Transport
+from .transport import Cached, Failing, Local, Transport
 
 Progress = Callable[[str, int, int], None]
 Connect = Callable[[HostEntry], Transport]
@@ -117,77 +115,6 @@ def container_transport(host: Transport, entry: HostEntry, backend: Proxmox | Lx
                         ssh_config=ssh_config).container(host, entry, backend, ct)
 
 
-class _Failing:
-    """A container that cannot be entered: every command fails with the reason (exit 255),
-    so that container gets its LXF301, not the whole host."""
-
-    def __init__(self, name: str, reason: str):
-        self.name = name
-        self.reason = reason
-
-    def run(self, argv, *, input=None, timeout=60) -> Result:
-        return Result(255, "", self.reason)
-
-    def read(self, path: str) -> bytes:
-        raise OSError(errno.EHOSTUNREACH, self.reason, path)
-
-
-class _CtSsh:
-    """A container's own SSH as the probe's transport: when it cannot be reached, its commands
-    fail with the reason (that container's LXF301) instead of ending the host's scan."""
-
-    def __init__(self, ssh: Transport):
-        self.ssh = ssh
-        self.name = ssh.name
-
-    def close(self) -> None:
-        close = getattr(self.ssh, "close", None)
-        if close is not None:
-            close()
-
-    def run(self, argv, *, input=None, timeout=60) -> Result:
-        try:
-            return self.ssh.run(argv, input=input, timeout=timeout)
-        except SshError as e:
-            return Result(255, "", f"{self.name}: {e.reason}")
-
-    def read(self, path: str) -> bytes:
-        try:
-            return self.ssh.read(path)
-        except SshError as e:
-            raise OSError(errno.EHOSTUNREACH, e.reason, path) from None
-
-
-class _Routed:
-    """The host's backend, except that exec() (how the probe enters a container) follows the
-    inventory: lxcfix_ct_ssh / lxcfix_container_access. Everything else is the backend's."""
-
-    def __init__(self, backend: Proxmox | Lxc, enter: Callable[[Transport, str], Transport]):
-        self._backend = backend
-        self._enter = enter
-        self.opened: list[_CtSsh] = []
-        self._lock = threading.Lock()
-
-    def __getattr__(self, attr):
-        return getattr(self._backend, attr)
-
-    def exec(self, t: Transport, ct: str) -> Transport:
-        try:
-            target = self._enter(t, ct)
-        except LxcfixError as e:
-            return _Failing(f"{t.name}/{ct}", str(e))
-        if isinstance(target, ContainerExec):
-            return target
-        wrapped = _CtSsh(target)  # the container's own SSH
-        with self._lock:
-            self.opened.append(wrapped)
-        return wrapped
-
-    def close(self) -> None:
-        for s in self.opened:
-            s.close()
-
-
 # ----------------------------------------------------------------- one host
 
 
@@ -244,50 +171,6 @@ def own_containers(backend: Proxmox | Lxc, listed: dict[str, str], node: str | N
     return {ct: path for ct, path in listed.items() if backend.node_of(path) in (None, node)}
 
 
-class _HostView:
-    """The host's transport for the length of one scan, remembering directory listings,
-    isdir answers and file contents, so chunks scanned in parallel list and read once.
-    Commands always run. Anything else (walk_dev, ...) is the inner transport's."""
-
-    def __init__(self, inner: Transport):
-        self.inner = inner
-        self.name = inner.name
-        self._cache: dict[tuple[str, str], object] = {}
-        self._lock = threading.Lock()
-
-    def __getattr__(self, attr):
-        return getattr(self.inner, attr)
-
-    def _cached(self, kind: str, path: str, fn):
-        key = (kind, path)
-        with self._lock:
-            hit = self._cache.get(key)
-        if hit is None:
-            try:
-                hit = ("ok", fn(path))
-            except OSError as e:
-                hit = ("err", e)
-            with self._lock:
-                self._cache[key] = hit
-        if hit[0] == "err":
-            raise hit[1]
-        return hit[1]
-
-    def run(self, argv: Sequence[str], *, input: str | None = None, timeout: float | None = 60) -> Result:
-        return self.inner.run(argv, input=input, timeout=timeout)
-
-    def read(self, path: str) -> bytes:
-        if path.startswith(("/proc/", "/sys/", "/dev/")):
-            return self.inner.read(path)
-        return self._cached("read", path, self.inner.read)
-
-    def listdir(self, path: str) -> list[str]:
-        return list(self._cached("listdir", path, self.inner.listdir))
-
-    def isdir(self, path: str) -> bool:
-        return self._cached("isdir", path, self.inner.isdir)
-
-
 MAX_PER_CALL = 1000
 
 
@@ -296,28 +179,25 @@ def _chunks(items: list[str], n: int) -> list[list[str]]:
     return [items[i::n] for i in range(n)]
 
 
-def _scan_kwargs(probe: bool) -> dict:
-    """scan_host grows options over time: pass probe= only when it takes one."""
-    try:
-        params = inspect.signature(scan_host).parameters
-    except (TypeError, ValueError):
-        return {}
-    return {"probe": probe} if "probe" in params else {}
+Enter = Callable[[Transport, HostEntry, "Proxmox | Lxc", str], Transport]
 
 
 def scan_one(entry: HostEntry, connect: Connect, *, per_host: int = 4, probe: bool = True,
-             style: str = "auto") -> HostReport:
-    """Connect, scan, close. Never raises: any failure is the host's LXF301 report."""
+             style: str = "auto", enter: Enter | None = None, keep_context: bool = False) -> HostReport:
+    """Connect, scan, close. Never raises: any failure is the host's LXF301 report.
+    enter(host, entry, backend, ct): how the probe reaches a container (default
+    container_transport: its own SSH when the inventory says so, else lxc-attach)."""
     start = time.monotonic()
     try:
         t = connect(entry)
     except LxcfixError as e:
-        return unreachable(entry.name, getattr(e, "reason", None) or str(e), time.monotonic() - start)
+        return unreachable(entry.name, str(e), time.monotonic() - start)
     except Exception as e:  # a bug or an odd library error: this host's problem, not the fleet's
         return unreachable(entry.name, f"cannot connect: {type(e).__name__}: {e}", time.monotonic() - start)
-    closers = [getattr(t, "close", None)]
+    opened: list[Transport] = [t]
+    lock = threading.Lock()
     try:
-        view = _HostView(t)
+        view = Cached(t)
         backend = pick_backend(view, entry)
         facts = gather.host_facts(view, backend)
         listed = backend.list(view)
@@ -327,40 +207,47 @@ def scan_one(entry: HostEntry, connect: Connect, *, per_host: int = 4, probe: bo
             if entry.containers is not None else list(own)
         if not wanted:
             return HostReport(t.name, backend.name, facts, (), seconds=time.monotonic() - start)
-        kwargs = _scan_kwargs(probe)
-        if kwargs.get("probe") and (entry.ct_ssh or entry.container_access == "ssh"):
-            enter = getattr(connect, "container", None) or container_transport
-            routed = _Routed(backend, lambda host, ct: enter(host, entry, backend, ct))
-            closers.append(routed.close)
-            scan_backend = routed
-        else:
-            scan_backend = backend
+        route = None
+        if probe and (entry.ct_ssh or entry.container_access == "ssh"):
+            reach = enter or container_transport
+
+            def route(host: Transport, ct: str) -> Transport:
+                try:
+                    target = reach(host, entry, backend, ct)
+                except LxcfixError as e:
+                    return Failing(f"{host.name}/{ct}", str(e))
+                with lock:
+                    opened.append(target)
+                return target
         # chunks run the containers' probes in parallel; without probes a host is a few
         # cached SFTP reads, and every chunk would repeat scan_host's per-call commands.
         # Calls stay under MAX_PER_CALL configs: scan_host may fork processes for bigger
         # offline batches, and a live SSH connection must not be forked or pickled.
-        n = per_host if kwargs.get("probe") else 1
+        n = per_host if probe else 1
         chunks = _chunks(wanted, max(n, -(-len(wanted) // MAX_PER_CALL)))
+
+        def part(chunk: list[str]) -> HostReport:
+            return scan_host(view, backend, chunk, style, facts=facts, probe=probe, route=route,
+                             keep_context=keep_context)
+
         if len(chunks) == 1:
-            parts = [scan_host(view, scan_backend, chunks[0], style, facts=facts, **kwargs)]
+            parts = [part(chunks[0])]
         else:
             with ThreadPoolExecutor(max_workers=len(chunks), thread_name_prefix=f"lxcfix-{entry.name}") as pool:
-                parts = list(pool.map(lambda c: scan_host(view, scan_backend, c, style, facts=facts, **kwargs),
-                                      chunks))
+                parts = list(pool.map(part, chunks))
         by_ct: dict[str, CtReport] = {c.ct: c for p in parts for c in p.containers}
         containers = tuple(by_ct[ct] for ct in wanted if ct in by_ct)
         return HostReport(t.name, backend.name, facts, containers, seconds=time.monotonic() - start)
     except LxcfixError as e:
-        return unreachable(entry.name, getattr(e, "reason", None) or str(e), time.monotonic() - start)
+        return unreachable(entry.name, str(e), time.monotonic() - start)
     except Exception as e:
         return unreachable(entry.name, f"scan failed: {type(e).__name__}: {e}", time.monotonic() - start)
     finally:
-        for close in reversed(closers):
-            if close is not None:
-                try:
-                    close()
-                except Exception:
-                    pass
+        for transport in reversed(opened):
+            try:
+                transport.close()
+            except Exception:
+                pass
 
 
 # ----------------------------------------------------------------- the fleet
@@ -368,9 +255,11 @@ def scan_one(entry: HostEntry, connect: Connect, *, per_host: int = 4, probe: bo
 
 def scan_fleet(inventory_hosts: Iterable[HostEntry], *, concurrency: int = 8, per_host: int = 4,
                probe: bool = True, style: str = "auto", progress: Progress | None = None,
-               connect: Connect | None = None) -> list[HostReport]:
+               connect: Connect | None = None, enter: Enter | None = None,
+               keep_context: bool = False) -> list[HostReport]:
     """Scan every host, `concurrency` at a time, `per_host` containers of a host at a time.
-    Returns one HostReport per host in inventory order; never raises for a host's failure."""
+    Returns one HostReport per host in inventory order; never raises for a host's failure.
+    connect(entry) -> the host's Transport; enter: how probes reach containers (scan_one)."""
     hosts = list(inventory_hosts)
     names = [h.name for h in hosts]
     if len(set(names)) != len(names):
@@ -384,8 +273,8 @@ def scan_fleet(inventory_hosts: Iterable[HostEntry], *, concurrency: int = 8, pe
         return []
     pool = ThreadPoolExecutor(max_workers=min(concurrency, len(hosts)), thread_name_prefix="lxcfix-host")
     try:
-        futures = {pool.submit(scan_one, h, connect, per_host=per_host, probe=probe, style=style): h
-                   for h in hosts}
+        futures = {pool.submit(scan_one, h, connect, per_host=per_host, probe=probe, style=style, enter=enter,
+                               keep_context=keep_context): h for h in hosts}
         for done, fut in enumerate(as_completed(futures), 1):
             h = futures[fut]
             try:

@@ -1,13 +1,12 @@
 """Reading a host: facts, configs and their includes, through a Transport. Thin.
 
-    facts = host_facts(Local())                       -> HostFacts
+    facts = host_facts(Local(), backend)              -> HostFacts (every fact of facts.FACTS)
     loaded = load_container(transport, backend, "200") -> Loaded(ct, path, config | None, error)
     ctx = context(facts, loaded, loader)              -> rules.Context
 """
 
 from __future__ import annotations
 
-import os
 import posixpath
 from dataclasses import dataclass
 from typing import Callable
@@ -18,86 +17,58 @@ from .ctconfig import CtConfig
 from .effective import effective
 from .model import DeviceNode, HostFacts
 from .rules import Context
-from .transport import Local, Transport
+from .transport import Transport
 
 
-def _read_text(t: Transport, path: str) -> str | None:
-    try:
-        return t.read(path).decode("utf-8", "surrogateescape")
-    except OSError:
-        return None
-
-
-def _nodes(t: Transport) -> tuple[dict[str, DeviceNode], bool]:
-    walk = getattr(t, "walk_dev", None)
-    if walk is not None:
+def fact_text(t: Transport, fact: F.Fact) -> str | None:
+    """What a fact reads or runs on the host; None when the file or command is not there."""
+    if fact.read is not None:
         try:
-            entries = walk("/dev")
+            return t.read(fact.read).decode("utf-8", "surrogateescape")
         except OSError:
-            return {}, False
-        nodes = {p: n for p, st in entries if (n := F.node_from_stat(p, st)) is not None}
-        return nodes, bool(nodes)
-    fact = F.FACTS["dev_nodes"]
-    result = t.run(list(fact.run), timeout=60)
-    nodes = fact.parse(result.stdout)
-    return nodes, bool(nodes)
+            return None
+    result = t.run(list(fact.run or ()), timeout=60)
+    return result.stdout if result.ok else None
 
 
 def host_facts(t: Transport, backend: Proxmox | Lxc) -> HostFacts:
-    raw: dict[str, str] = {}
-    proc_devices = _read_text(t, "/proc/devices") or ""
-    override = os.environ.get("LXCFIX_PROC_DEVICES")
-    if override and isinstance(t, Local):
-        # Tests (and reproducing another host's state): majors from this file instead.
-        proc_devices = _read_text(t, override) or ""
-    raw["/proc/devices"] = proc_devices
-    char, block = F.parse_proc_devices(proc_devices)
-    nv = _read_text(t, "/proc/driver/nvidia/version")
-    mountinfo = _read_text(t, "/proc/self/mountinfo")
-    nodes, known = _nodes(t)
-    pve_version = lxc_version = None
-    if backend.name == "pve":
-        r = t.run(["pveversion", "-v"])
-        if r.ok:
-            raw["pveversion -v"] = r.stdout
-            pve_version = F.parse_pveversion(r.stdout)[0]
-    r = t.run(["lxc-start", "--version"])
-    if r.ok:
-        lxc_version = F.parse_lxc_version(r.stdout)
+    """Every fact of facts.FACTS that applies to this backend, parsed. Device
+    nodes come through the transport (a walk of /dev here, the dev_nodes
+    fact's command over SSH)."""
+    texts: dict[str, str | None] = {}
+    for name, fact in F.FACTS.items():
+        if name != "dev_nodes" and backend.name in fact.backends:
+            texts[name] = fact_text(t, fact)
+    value = {name: F.FACTS[name].parse(text) for name, text in texts.items() if text is not None}
+    try:
+        nodes = t.device_nodes()
+    except OSError:
+        nodes = {}
+    char, block = value.get("proc_devices", ({}, {}))
+    raw = {"/proc/devices": texts.get("proc_devices") or ""}
+    if texts.get("pveversion") is not None:
+        raw["pveversion -v"] = texts["pveversion"] or ""
     return HostFacts(
         host=t.name,
         backend=backend.name,
         char_majors=char,
         block_majors=block,
         nodes=nodes,
-        nodes_known=known,
-        nvidia_driver=F.parse_nvidia_version(nv) if nv else None,
-        cgroup_layout=F.parse_cgroup_layout(mountinfo) if mountinfo else "unknown",
-        pve_version=pve_version,
-        lxc_version=lxc_version,
+        nodes_known=bool(nodes),
+        nvidia_driver=value.get("nvidia_driver"),
+        cgroup_layout=value.get("cgroup_layout", "unknown"),
+        pve_version=value.get("pveversion", (None, None))[0],
+        lxc_version=value.get("lxc_version"),
         raw=raw,
     )
 
 
 def source_nodes(t: Transport, paths: list[str]) -> dict[str, DeviceNode]:
-    """Device nodes at bind-mount sources outside /dev (walked already), stat()ed
-    through the transport: admins do pass nodes in from other directories."""
+    """Device nodes at bind-mount sources outside /dev (walked already): admins
+    do pass nodes in from other directories. A symlink there is not followed:
+    such a directory may be one a container can write."""
     paths = sorted({p for p in paths if p.startswith("/") and not p.startswith("/dev/")})
-    if not paths:
-        return {}
-    local = getattr(t, "local_path", None) or getattr(t, "path", None)
-    if local is not None or isinstance(t, Local):
-        out = {}
-        for p in paths:
-            try:
-                st = os.stat(local(p) if local else p)
-            except OSError:
-                continue
-            if (n := F.node_from_stat(p, st)) is not None:
-                out[p] = n
-        return out
-    result = t.run(["stat", "-L", "-c", "%F|%t|%T|%f|%u|%g|%n", "--", *paths])
-    return F.parse_stat_lines(result.stdout)
+    return t.device_nodes(paths) if paths else {}
 
 
 def mount_sources(cfg: CtConfig) -> list[str]:
@@ -151,10 +122,10 @@ def load_container(t: Transport, backend: Proxmox | Lxc, ct: str, path: str | No
     return Loaded(ct, path, ctconfig.parse(raw, backend.flavor, path), node=backend.node_of(path))
 
 
-def context(facts: HostFacts, loaded: Loaded, loader, probe=None, live=None) -> Context:
+def context(facts: HostFacts, loaded: Loaded, loader, probe=None, live=None, requested: str = "auto") -> Context:
     cfg = loaded.config
     return Context(
         host=facts.host, ct=loaded.ct, facts=facts, config=cfg,
-        effective=effective(cfg, facts, loader), probe=probe, live=live, load=loader,
+        effective=effective(cfg, facts, loader), probe=probe, live=live, load=loader, requested=requested,
     )
 

@@ -29,21 +29,19 @@ The decision is pure (`decide`, `block_message`); `run_hook` does the I/O.
 
 from __future__ import annotations
 
-import argparse
 import os
-import re
 import shlex
-import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from . import ctconfig, gather, repair
-from .apply import Applier, Host, Journal, default_state_dir, write_atomic
+from . import ctconfig, fixes, gather, repair
+from .apply import Applier, Host, state_dir
 from .backends import Lxc
-from .errors import ApplyFailed, ExitCode, LxcfixError
+from .errors import ApplyFailed, ExitCode, LxcfixError, RollbackFailed
 from .model import Finding, Plan
 from .plan import STYLES, make_plan
 from .render import template_text
+from .transaction import Journal, Transaction, Verify, Write, write_atomic
 from .transport import env_path
 
 PHASES = ("pre-start", "post-start", "pre-stop", "post-stop")
@@ -91,7 +89,7 @@ def _what_to_run(vmid: str, blocking: Sequence[Finding]) -> str:
         if f.code == "LXF112":
             argv = modprobe_argv(f.device or "")
             runs.append(f"{' '.join(argv)} (and `lxcfix host-fix` to do it at every boot)" if argv
-                        else f"fix {f.device} on the host ({f.fix or 'load its driver'})")
+                        else f"fix {f.device} on the host ({f.fix.title if f.fix else 'load its driver'})")
     return "; then ".join(dict.fromkeys(runs))
 
 
@@ -103,17 +101,8 @@ def block_message(vmid: str, blocking: Sequence[Finding]) -> str:
 
 
 def modprobe_argv(device: str, modprobe: str = MODPROBE) -> list[str] | None:
-    """The nvidia-modprobe call that creates this node (nvidia-modprobe(1)), or None."""
-    if device in ("/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"):
-        return [modprobe, "-u", "-c0"]
-    m = re.fullmatch(r"/dev/nvidia(\d+)", device)
-    if m and int(m.group(1)) < 255:
-        return [modprobe, f"-c{m.group(1)}"]
-    if device == "/dev/nvidiactl":
-        return [modprobe, "-c255"]
-    if device == "/dev/nvidia-modeset":
-        return [modprobe, "-m"]
-    return None
+    """fixes.modprobe_argv, run by its absolute path (a hook runs with Proxmox's PATH)."""
+    return fixes.modprobe_argv(device, modprobe)
 
 
 def generated_style(style: str) -> str:
@@ -161,7 +150,7 @@ def run_hook(vmid: str, phase: str, mode: str = "fail", *, style: str = "auto", 
         target.backend.validate(vmid)
     except LxcfixError as e:
         return HookResult(int(ExitCode.USAGE) if phase == "pre-start" else 0, f"lxcfix hook: {e}", "usage")
-    journal = Journal(default_state_dir(None))
+    journal = Journal(state_dir(None))
     if phase == "post-start":
         return _post_start(target, vmid, journal)
     try:
@@ -174,13 +163,13 @@ def run_hook(vmid: str, phase: str, mode: str = "fail", *, style: str = "auto", 
 
 
 def _host(target) -> str:
-    return getattr(target.transport, "name", "localhost")
+    return target.transport.name
 
 
 def _record(journal: Journal, **event) -> None:
     try:
         journal.record(**event)
-    except OSError:
+    except (OSError, LxcfixError):
         pass
 
 
@@ -233,7 +222,6 @@ def _create_missing_nodes(target, c, journal: Journal, base: dict) -> bool:
 
 
 def _heal(target, vmid: str, style: str, journal: Journal, rep, c, base: dict) -> HookResult:
-    state_dir = default_state_dir(None)
     codes = _codes(blocking_findings(c.findings))
     if _create_missing_nodes(target, c, journal, base):
         rep, c = repair.one(target, vmid, style, probe=False)  # the new node may change the plan
@@ -270,76 +258,41 @@ def _heal(target, vmid: str, style: str, journal: Journal, rep, c, base: dict) -
         _record(journal, decision="healed", codes=codes, **base)
         return HookResult(0, f"lxcfix: CT {vmid}: created the missing NVIDIA nodes with nvidia-modprobe", "heal")
 
-    backup = None
-    if not pve_plan.is_empty:
-        # As `lxcfix apply`, but without the lock: Proxmox holds it around this hook.
-        applier = Applier(Host(target.local_path, target.transport, None), vmid, state_dir, "pve", lock_path=None)
-        try:
-            result = applier.apply(pve_plan, replan=repair.replanner(target, vmid, style, facts, pve_plan.path),
-                                   restart=False, verify=None)
-        except LxcfixError as e:
-            return failed(f"lxcfix: CT {vmid}: healing {pve_plan.path} failed ({e}); it is unchanged. "
-                          f"Run: lxcfix apply --ct {vmid}",
-                          int(e.exit_code) if e.exit_code >= ExitCode.ROLLED_BACK else int(ExitCode.PENDING))
-        backup = result.backup_path
-    try:
-        if not gplan.is_empty:
-            write_atomic(gen_local, gplan.after, "lxc", expect_digest=gplan.digest)
-            _record(journal, **{**base, "event": "hook-heal-generated"}, path=gen_path,
-                    digest_before=gplan.digest, digest_after=ctconfig.digest(gplan.after), style=gplan.style)
-        _, c2 = repair.one(target, vmid, style, probe=False)
+    def still_broken() -> list[str]:
+        _, now = repair.one(target, vmid, style, probe=False)
         with open(gen_local, "rb") as fh:
             gen_now = gen_plan(fh.read())
-        still = blocking_findings(c2.findings) + blocking_findings(gen_now.findings)
-        if still:
-            raise ApplyFailed("still broken after the change: " + "; ".join(f"{f.code} {f.message}" for f in still))
-    except Exception as e:
-        return _restore(target, vmid, pve_plan if backup else None, backup, gen_local, gen_before, str(e),
-                        journal, base, codes)
-    _record(journal, decision="healed", codes=codes, backup=backup, **base)
-    changed = ([f"{pve_plan.path} (backup {backup})"] if backup else []) + \
-              ([f"{gen_path} (this start)"] if not gplan.is_empty else [])
-    return HookResult(0, f"lxcfix: CT {vmid}: healed {', '.join(codes)}: changed {' and '.join(changed)}", "heal")
+        return [f"{f.code} {f.message}" for f in blocking_findings(now.findings) + blocking_findings(gen_now.findings)]
 
-
-def _restore(target, vmid: str, pve_plan: Plan | None, backup: str | None, gen_local: str, gen_before: bytes,
-             why: str, journal: Journal, base: dict, codes: list[str]) -> HookResult:
-    errors = []
+    steps = []
+    if not pve_plan.is_empty:
+        # As `lxcfix apply`, but without the lock: Proxmox holds it around this hook.
+        steps.append(Applier(Host(target.local_path, target.transport, None), vmid, state_dir(None), "pve",
+                             lock_path=None).transaction(pve_plan, restart=False))
+    if not gplan.is_empty:
+        steps.append(Write(gen_local, gen_before, gplan.after, "lxc", shown=gen_path, event="generated",
+                           writer=lambda *a, **k: write_atomic(*a, **k),
+                           extra=dict(path=gen_path, digest_before=gplan.digest,
+                                      digest_after=ctconfig.digest(gplan.after), style=gplan.style)))
+    steps.append(Verify(still_broken, "check both configs again: nothing left to block the start", reached=None))
+    heal = Transaction("healing", steps, journal, {k: v for k, v in base.items() if k != "event"},
+                       prefix="hook-heal-", events={"done": None, "failed": None})
     try:
-        write_atomic(gen_local, gen_before, "lxc")
-    except Exception as e:
-        errors.append(f"{gen_local}: {e}")
-    if pve_plan is not None:
-        try:
-            write_atomic(target.local_path(pve_plan.path), pve_plan.before, "pve")
-        except Exception as e:
-            errors.append(f"{pve_plan.path}: {e} (the old config is in {backup})")
-    if errors:
-        msg = (f"lxcfix: CT {vmid}: healing failed ({why}) and restoring failed too: {'; '.join(errors)}. "
-               "State: those files may hold the new config; the start is refused.")
+        result = heal.run()
+    except RollbackFailed as e:
+        msg = (f"lxcfix: CT {vmid}: {e}. The start is refused.")
         _record(journal, decision="heal-rollback-failed", codes=codes, message=msg, **base)
         return HookResult(int(ExitCode.ROLLBACK_FAILED), msg, "heal-failed")
-    _record(journal, **{**base, "event": "hook-heal-rolled-back"}, backup=backup, error=why)
-    msg = (f"lxcfix: CT {vmid}: healing failed ({why}); both configs are restored and the start is refused. "
-           f"Run: lxcfix diagnose --ct {vmid}")
-    _record(journal, decision="heal-failed", codes=codes, message=msg, **base)
-    return HookResult(int(ExitCode.ROLLED_BACK), msg, "heal-failed")
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """`python3 -m lxcfix.hook [--mode fail|heal] [--style S] <vmid> <phase>` (until the
-    CLI carries `lxcfix hook`): prints the message, returns the exit code."""
-    parser = argparse.ArgumentParser(prog="lxcfix hook", description="Proxmox VE hookscript entry point.")
-    parser.add_argument("--mode", choices=MODES, default="fail")
-    parser.add_argument("--style", choices=STYLES, default="auto")
-    parser.add_argument("vmid")
-    parser.add_argument("phase")
-    args = parser.parse_args(argv)
-    result = run_hook(args.vmid, args.phase, args.mode, style=args.style)
-    if result.message:
-        print(result.message, file=sys.stderr if result.stream == "stderr" else sys.stdout, flush=True)
-    return result.exit_code
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    except ApplyFailed as e:
+        why = str(e).split("\nrolled back:", 1)[0]
+        return failed(f"lxcfix: CT {vmid}: healing failed ({why}); both configs are restored and the start is "
+                      f"refused. Run: lxcfix diagnose --ct {vmid}")
+    except LxcfixError as e:  # refused before anything changed (the config moved, the state dir)
+        return failed(f"lxcfix: CT {vmid}: healing {pve_plan.path} failed ({e}); it is unchanged. "
+                      f"Run: lxcfix apply --ct {vmid}",
+                      int(e.exit_code) if e.exit_code >= ExitCode.ROLLED_BACK else int(ExitCode.PENDING))
+    backup = result.state.get("backup")
+    _record(journal, decision="healed", codes=codes, backup=backup, **base)
+    changed = ([f"{pve_plan.path} (backup {backup})"] if not pve_plan.is_empty else []) + \
+              ([f"{gen_path} (this start)"] if not gplan.is_empty else [])
+    return HookResult(0, f"lxcfix: CT {vmid}: healed {', '.join(codes)}: changed {' and '.join(changed)}", "heal")

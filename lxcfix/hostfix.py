@@ -9,13 +9,14 @@ autostarted containers come up without it (or refuse to start).
     host_unit_steps(target, plan, enable=True)            # what apply would do (for --dry-run)
     apply_host_unit(target, plan, enable=True)            # -> ApplyResult(step_reached="enabled", ...)
 
-apply_host_unit follows the container flow: lock, compare the digest, back up
-(<state>/backups/host/, never beside the unit), write atomically (temp file in
-the same directory, fsync, read back, rename, fsync the directory), verify
-with `systemd-analyze verify`, `systemctl daemon-reload`, `systemctl enable`;
-any failure after the write restores the old file (or removes the new one),
-undoes the enable and reloads (exit 4); if that fails too, RollbackFailed
-says what state things are in (exit 5). Every step goes to the journal.
+apply_host_unit runs one Transaction (transaction.py), as the container flow
+does: lock, compare the digest, back up (<state>/backups/host/, never beside
+the unit), write atomically (temp file in the same directory, fsync, read back,
+rename, fsync the directory), verify with `systemd-analyze verify`, `systemctl
+daemon-reload`, `systemctl enable`; any failure after the write restores the
+old file (or removes the new one), undoes the enable and reloads (exit 4); if
+that fails too, RollbackFailed says what state things are in (exit 5). Every
+step goes to the journal (events host-unit-*).
 
 Where the unit goes: $LXCFIX_SYSTEMD_DIR, else /etc/systemd/system. A
 directory `<R>/etc/systemd/system` other than the host's own (a snapshot, a
@@ -24,24 +25,18 @@ test) is handled offline: `systemctl --root=<R> enable`, no daemon-reload.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from . import ctconfig, render
-from .apply import (
-    Backups,
-    Journal,
-    _fsync_dir,
-    checkpoint,
-    config_lock,
-    default_state_dir,
-    write_atomic,
-)
-from .errors import ApplyFailed, BadInput, Refused, RollbackFailed
+from .apply import state_dir as state_dir_of
+from .errors import ApplyFailed, BadInput, Refused
 from .model import ApplyResult, HostFacts, Plan, Result
+from .transaction import (
+    Backup, Backups, Expect, Journal, Lock, Run, StateDir, Step, Transaction, UndoFailed, Write, read_file,
+)
 from .transport import Local, env_path
 
 UNIT_NAME = "lxcfix-nvidia-nodes.service"
@@ -151,12 +146,10 @@ def systemd_for(local_dir: str, live: bool) -> Systemd:
 
 def _target_parts(target):
     """(local path mapper, live?, command runner, host name) of a repair.Target."""
-    live = getattr(target, "live", True)
-    local = target.local_path if hasattr(target, "local_path") else (lambda p: p)
     # A snapshot's commands do not run (RootDir); offline systemctl/systemd-analyze
     # act on local files, so they run here.
-    runner = target.transport if live else Local()
-    return local, live, runner, getattr(target.transport, "name", "localhost")
+    runner = target.transport if target.live else Local()
+    return target.local_path, target.live, runner, target.transport.name
 
 
 def read_existing(target, path: str | None = None) -> bytes | None:
@@ -173,71 +166,109 @@ def unit_installed(target, path: str | None = None) -> bool:
     return read_existing(target, path) is not None
 
 
-def host_unit_steps(target, plan: Plan, *, enable: bool = True, now: bool = False) -> list[str]:
-    """What apply_host_unit would do, in order (for --dry-run)."""
-    local, live, _, _ = _target_parts(target)
-    sd = systemd_for(os.path.dirname(local(plan.path)), live)
-    steps = []
-    if not plan.is_empty:
-        steps += [
-            (f"lock {_lock_path()}; " if live else "") + f"check {plan.path} still has digest {plan.digest[:12]}",
-            (f"back up the current unit to {os.path.join(default_state_dir(getattr(target, 'root', None)), 'backups', 'host')}/"
-             if plan.before else f"{plan.path} does not exist yet: nothing to back up (rollback removes it)"),
-            f"write {plan.path} atomically (temp file, fsync, read back, rename, fsync the directory)",
-            f"{' '.join(VERIFY)} {plan.path} (skipped if systemd-analyze is missing)",
-        ]
-    if sd.mode == "online" and not plan.is_empty:
-        steps.append("systemctl daemon-reload")
-    if enable:
-        steps.append(" ".join(sd.systemctl("enable", *(["--now"] if now and sd.mode == "online" else []), UNIT_NAME)))
-    steps.append("on failure: restore the old unit (or remove the new one), undo the enable, reload; exit 4")
-    return steps
-
-
 def _lock_path() -> str:
     return os.path.join(env_path("LXCFIX_LOCK_DIR", "/run/lock/lxc"), "lxcfix-host-unit.lock")
 
 
-# ---------------------------------------------------------------- the write
+@dataclass
+class UnitVerify(Step):
+    """systemd-analyze verify: every line naming the unit is a problem. Not
+    installed: a note, not a failure (the unit is then not verified)."""
 
-def write_file_atomic(path: str, data: bytes, mode: int = 0o644, expect_digest: str | None = None) -> None:
-    """apply.write_atomic for a unit file (no config re-parse); creates the directory."""
-    os.makedirs(os.path.dirname(path) or ".", mode=0o755, exist_ok=True)
-    write_atomic(path, data, None, expect_digest=expect_digest, mode=mode, step="host-unit-temp-written")
+    runner: object
+    path: str
+    event = "verify"
+    changes = False
+    reached: str | None = "verified"
+
+    def describe(self) -> str:
+        return f"{' '.join(VERIFY)} {self.path} (skipped if systemd-analyze is missing)"
+
+    def do(self, tx) -> None:
+        r = self.runner.run(VERIFY + [self.path], timeout=120)
+        if r.rc == 127:
+            tx.state.setdefault("notes", []).append("systemd-analyze is not installed: the unit was not verified")
+            self.reached, self.event = None, None
+            return
+        self.problems = verify_problems(r, self.path)
+        self.rc = r.rc
+        if self.problems:
+            tx.journal_event("verify", rc=r.rc, problems=self.problems)
+            self.event = None
+            raise ApplyFailed("systemd-analyze verify rejects the unit: " + "; ".join(self.problems))
+        tx.state["verified"] = True
+
+    def fields(self, tx) -> dict:
+        return {"rc": self.rc, "problems": self.problems}
 
 
-def _read(path: str) -> bytes | None:
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except FileNotFoundError:
-        return None
+@dataclass
+class Enable(Step):
+    """systemctl enable [--now]; undone by disable when this transaction enabled it."""
 
+    runner: object
+    sd: "Systemd"
+    now: bool = False
+    check_before: bool = True  # the unit existed before: ask whether it was enabled
+    reached = "enabled"
+    _was: bool = False
 
-def _remove(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        return
-    _fsync_dir(os.path.dirname(path) or ".")
+    def _argv(self, *verb: str) -> list[str]:
+        return self.sd.systemctl(*verb, UNIT_NAME)
 
+    def describe(self) -> str:
+        return " ".join(self.sd.systemctl("enable", *(["--now"] if self.now and self.sd.mode == "online" else []),
+                                          UNIT_NAME))
 
-def _tail(r: Result) -> str:
-    return ((r.stderr or r.stdout).strip().splitlines() or [f"exit {r.rc}"])[-1]
+    def do(self, tx) -> None:
+        self._was = self.check_before and self.runner.run(self._argv("is-enabled", "--quiet"), timeout=60).ok
+        argv = self.sd.systemctl("enable", *(["--now"] if self.now and self.sd.mode == "online" else []), UNIT_NAME)
+        Run(self.runner, argv, "enable").do(tx)
 
-
-class _Run:
-    """Runs the host's commands and remembers what it must undo."""
-
-    def __init__(self, runner, journal: Journal, base: dict):
-        self.runner, self.journal, self.base = runner, journal, base
-
-    def __call__(self, argv: list[str], what: str) -> Result:
+    def undo(self, tx) -> str | None:
+        if self._was:
+            return None
+        argv = self._argv("disable")
         r = self.runner.run(argv, timeout=120)
-        self.journal.record(event="host-unit-command", argv=argv, rc=r.rc, **self.base)
+        tx.journal_event("command", argv=argv, rc=r.rc)
         if not r.ok:
-            raise ApplyFailed(f"{what} failed: `{' '.join(argv)}` exited {r.rc}: {_tail(r)}")
-        return r
+            raise UndoFailed(f"`{' '.join(argv)}` exited {r.rc}: {r.tail()}", fatal=False, step="command")
+        return "the enable was undone"
+
+
+def host_unit_transaction(target, plan: Plan, *, enable: bool = True, now: bool = False,
+                          state_dir: str | None = None, runner=None, verify: bool = True) -> Transaction:
+    """The steps of installing the planned unit: what apply_host_unit runs and --dry-run prints."""
+    local, live, default_runner, host = _target_parts(target)
+    runner = runner or default_runner
+    path = local(plan.path)
+    sd = systemd_for(os.path.dirname(path), live)
+    if enable and sd.mode == "none":
+        raise BadInput(f"cannot enable a unit in {os.path.dirname(path)}: not a systemd unit directory "
+                       f"(use {SYSTEMD_DIR}, or <root>{SYSTEMD_DIR}; or do not enable)")
+    state = StateDir(state_dir) if state_dir else state_dir_of(target.root)
+    base = dict(host=host, ct="host", path=plan.path, digest_before=plan.digest,
+                digest_after=ctconfig.digest(plan.after), style=plan.style)
+    current = plan.before if plan.before else None
+    steps: list[Step] = [Lock(_lock_path())] if live else []
+    steps.append(Expect(path, plan.digest, shown=plan.path))
+    if not plan.is_empty:
+        steps += [Backup(Backups(state, "host"), current, plan.digest),
+                  Write(path, current, plan.after, None, shown=plan.path, mode=0o644)]
+        if verify:
+            steps.append(UnitVerify(runner, path))
+        if sd.mode == "online":
+            steps.append(Run(runner, sd.systemctl("daemon-reload"), "daemon-reload",
+                             undo_argv=sd.systemctl("daemon-reload"), undo_last=True))
+    if enable:
+        steps.append(Enable(runner, sd, now, check_before=current is not None))
+    events = {"done": "enabled"} if plan.is_empty else {}
+    return Transaction(f"installing {UNIT_NAME}", steps, Journal(state), base, prefix="host-unit-", events=events)
+
+
+def host_unit_steps(target, plan: Plan, *, enable: bool = True, now: bool = False) -> list[str]:
+    """What apply_host_unit would do, in order (for --dry-run): the same transaction, described."""
+    return host_unit_transaction(target, plan, enable=enable, now=now).describe_steps()
 
 
 def apply_host_unit(target, plan: Plan, *, enable: bool = True, now: bool = False,
@@ -246,104 +277,18 @@ def apply_host_unit(target, plan: Plan, *, enable: bool = True, now: bool = Fals
     target: a repair.Target (its transport runs systemctl on a live host).
     now: start the unit at once (online only): the nodes appear without a reboot.
     The caller asks for confirmation; this function changes the host."""
-    local, live, default_runner, host = _target_parts(target)
+    local, live, default_runner, _ = _target_parts(target)
     runner = runner or default_runner
-    path = local(plan.path)
-    sd = systemd_for(os.path.dirname(path), live)
-    if enable and sd.mode == "none":
-        raise BadInput(f"cannot enable a unit in {os.path.dirname(path)}: not a systemd unit directory "
-                       f"(use {SYSTEMD_DIR}, or <root>{SYSTEMD_DIR}; or do not enable)")
-    state_dir = state_dir or default_state_dir(getattr(target, "root", None))
-    journal = Journal(state_dir)
-    base = dict(host=host, ct="host", path=plan.path, digest_before=plan.digest,
-                digest_after=ctconfig.digest(plan.after), style=plan.style)
-    run = _Run(runner, journal, base)
-    notes: list[str] = []
-
-    def enabled() -> bool:
-        return runner.run(sd.systemctl("is-enabled", "--quiet", UNIT_NAME), timeout=60).ok
-
-    with config_lock(_lock_path()) if live else contextlib.nullcontext():
-        current = _read(path)
-        if ctconfig.digest(current or b"") != plan.digest:
+    sd = systemd_for(os.path.dirname(local(plan.path)), live)
+    if plan.is_empty and (not enable or (sd.mode != "none" and
+                                         runner.run(sd.systemctl("is-enabled", "--quiet", UNIT_NAME), timeout=60).ok)):
+        if ctconfig.digest(read_file(local(plan.path)) or b"") != plan.digest:
             raise Refused(f"{plan.path} changed since it was planned; nothing written, re-run to re-plan")
-        if plan.is_empty:
-            if not enable or enabled():
-                return ApplyResult("nothing-to-do", None, True, False, f"{plan.path} is up to date")
-            run(sd.systemctl("enable", *(["--now"] if now and sd.mode == "online" else []), UNIT_NAME), "enable")
-            journal.record(event="host-unit-enabled", **base)
-            return ApplyResult("enabled", None, False, False, f"{UNIT_NAME} enabled")
-        was_enabled = enable and current is not None and enabled()
-        backup = None
-        if current is not None:
-            backup = Backups(state_dir, "host").save(current, plan.digest)
-        journal.record(event="host-unit-backup", backup=backup, created=current is None, **base)
-        checkpoint("host-unit-backed-up")
-        write_file_atomic(path, plan.after, expect_digest=plan.digest)
-        journal.record(event="host-unit-written", backup=backup, **base)
-        checkpoint("host-unit-written")
-        step = "written"
-        verified = False
-        try:
-            if verify:
-                step = "verify"
-                r = runner.run(VERIFY + [path], timeout=120)
-                if r.rc == 127:
-                    notes.append("systemd-analyze is not installed: the unit was not verified")
-                else:
-                    problems = verify_problems(r, path)
-                    journal.record(event="host-unit-verify", rc=r.rc, problems=problems, **base)
-                    if problems:
-                        raise ApplyFailed("systemd-analyze verify rejects the unit: " + "; ".join(problems))
-                    verified = True
-            if sd.mode == "online":
-                step = "daemon-reload"
-                run(sd.systemctl("daemon-reload"), "daemon-reload")
-            if enable:
-                step = "enable"
-                run(sd.systemctl("enable", *(["--now"] if now and sd.mode == "online" else []), UNIT_NAME), "enable")
-                step = "enabled"
-            else:
-                step = "verified" if verified else "written"
-        except ApplyFailed as e:
-            journal.record(event="host-unit-failed", step=step, error=str(e), **base)
-            undo = step in ("enable", "enabled") and not was_enabled  # only an enable this apply ran
-            state = _rollback(path, current, backup, sd, run, journal, base, undo_enable=undo, why=str(e))
-            raise ApplyFailed(f"{e}\nrolled back: {state}") from None
-        journal.record(event="host-unit-done", step=step, **base)
-        return ApplyResult(step, backup, verified, False, "; ".join(notes))
-
-
-def _rollback(path: str, old: bytes | None, backup: str | None, sd: Systemd, run: _Run, journal: Journal,
-              base: dict, undo_enable: bool, why: str) -> str:
-    errors = []
-    if undo_enable and sd.mode != "none":
-        try:
-            run(sd.systemctl("disable", UNIT_NAME), "disable")
-        except ApplyFailed as e:
-            errors.append(str(e))
-    try:
-        if old is None:
-            _remove(path)
-        else:
-            write_file_atomic(path, old)
-    except Exception as e:
-        journal.record(event="host-unit-rollback-failed", step="restore", error=str(e), **base)
-        kept = f"the old one is in {backup}" if backup else "there was none before (delete it)"
-        raise RollbackFailed(
-            f"installing {UNIT_NAME} failed ({why}) and restoring failed too ({e}). State: {path} holds the NEW "
-            f"unit; {kept}. Then run `systemctl daemon-reload`.") from None
-    if sd.mode == "online":
-        try:
-            run(sd.systemctl("daemon-reload"), "daemon-reload")
-        except ApplyFailed as e:
-            errors.append(str(e))
-    if errors:
-        journal.record(event="host-unit-rollback-failed", step="systemctl", error="; ".join(errors), **base)
-        raise RollbackFailed(
-            f"installing {UNIT_NAME} failed ({why}); the unit file is restored ({path}), but "
-            f"{'; '.join(errors)}. Run `systemctl disable {UNIT_NAME}` (if it is enabled) and "
-            "`systemctl daemon-reload` by hand.") from None
-    journal.record(event="host-unit-rolled-back", **base)
-    return (f"{path} removed (it did not exist before)" if old is None else f"{path} restored from {backup}") + \
-        ("; the enable was undone" if undo_enable and sd.mode != "none" else "")
+        return ApplyResult("nothing-to-do", None, True, False, f"{plan.path} is up to date")
+    tx = host_unit_transaction(target, plan, enable=enable, now=now, state_dir=state_dir, runner=runner,
+                               verify=verify)
+    result = tx.run()
+    if plan.is_empty:
+        return ApplyResult("enabled", None, False, False, f"{UNIT_NAME} enabled")
+    return ApplyResult(result.reached, result.state.get("backup"), bool(result.state.get("verified")), False,
+                       "; ".join(result.state.get("notes", [])))

@@ -6,21 +6,30 @@ The shapes, by example:
     DeviceNode(path="/dev/nvidia-uvm", kind="c", major=511, minor=0, mode=0o20666, uid=0, gid=0)
     HostFacts(host="pve1", backend="pve", char_majors={"nvidia": (195,), "nvidia-uvm": (511,)}, ...)
     ProbeNode(path="/dev/nvidia-uvm", exists=True, is_char=True, major=511, minor=0, open="EPERM")
+    Edit("replace", 14, (("lxc.cgroup2.devices.allow", "c 511:* rwm"),))
+    Fix("move the rule to major 511", edits=(Edit(...),), applicability="safe")
     Finding(code="LXF101", severity="error", ct="200", message="...", device="/dev/nvidia-uvm",
-            evidence=("config allows c 508:* rwm", "/proc/devices: 511 nvidia-uvm"), fix="...")
+            evidence=("config allows c 508:* rwm", "/proc/devices: 511 nvidia-uvm"), fix=Fix(...))
+    CtReport(host="pve1", ct="200", path="/etc/pve/lxc/200.conf", findings=(...), plan=Plan(...))
+    HostReport(host="pve1", backend="pve", facts=HostFacts(...), containers=(CtReport(...), ...))
 """
 
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import dataclass, field
-from typing import Literal, Mapping
+from typing import Any, Literal, Mapping
 
 Severity = Literal["error", "warning", "info"]
 Backend = Literal["pve", "lxc"]
 CgroupLayout = Literal["v2", "hybrid", "v1", "unknown"]
 
 SEVERITY_ORDER: Mapping[str, int] = {"error": 0, "warning": 1, "info": 2}
+
+# What a container id may look like: a Proxmox vmid, an LXC container name.
+VMID = re.compile(r"^[1-9][0-9]{2,8}$")
+LXC_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
 
 
 @dataclass(frozen=True)
@@ -34,6 +43,11 @@ class Result:
     @property
     def ok(self) -> bool:
         return self.rc == 0
+
+    def tail(self) -> str:
+        """The last line of stderr (else stdout): what a failed command said."""
+        lines = (self.stderr or self.stdout).strip().splitlines()
+        return lines[-1] if lines else f"exit {self.rc}"
 
 
 @dataclass(frozen=True)
@@ -56,14 +70,33 @@ class DeviceRule:
     path: str | None = None
     allow: bool = True
 
-    def __str__(self) -> str:
+    def text(self, listing: bool = False) -> str:
+        """The one way a rule is written. As a config value: `c 195:* rwm`,
+        `/dev/net/tun rw`, `a`. listing=True, for a compiled program's rules: a
+        type-less block keeps its numbers (`a 7:* m`, `a *:* rwm`) and a deny
+        rule says so (`deny c 195:3 rwm`)."""
         if self.path is not None:
-            return f"{self.path} {self.access}"
-        if self.kind == "a":
-            return "a"
-        major = "*" if self.major is None else str(self.major)
-        minor = "*" if self.minor is None else str(self.minor)
-        return f"{self.kind} {major}:{minor} {self.access}"
+            text = f"{self.path} {self.access}"
+        elif self.kind == "a" and not listing:
+            text = "a"
+        else:
+            major = "*" if self.major is None else str(self.major)
+            minor = "*" if self.minor is None else str(self.minor)
+            text = f"{self.kind} {major}:{minor} {self.access}"
+        return text if self.allow or not listing else f"deny {text}"
+
+    def __str__(self) -> str:
+        return self.text()
+
+    def covers(self, kind: str, major: int, minor: int, access: str | None = None) -> bool:
+        """The one matcher: does this rule match a device (and every bit of `access`)?"""
+        if self.kind != "a" and self.kind != kind:
+            return False
+        if self.major is not None and self.major != major:
+            return False
+        if self.minor is not None and self.minor != minor:
+            return False
+        return access is None or set(access) <= set(self.access)
 
 
 @dataclass(frozen=True)
@@ -137,6 +170,76 @@ class ProbeResult:
     raw: str = ""
 
 
+Applicability = Literal["safe", "needs-restart", "manual"]
+
+
+@dataclass(frozen=True)
+class Edit:
+    """One change to the main section of a container config: the fix as data.
+
+    index: a 0-based line of the config the fix was computed on; lines: (key, value) pairs.
+
+        Edit("replace", 14, (("lxc.cgroup2.devices.allow", "c 511:* rwm"),))   line 14 becomes that
+        Edit("replace", 14, (("lxc.cgroup2.devices.allow", "/dev/nvidia-uvm rwm"),
+                             ("lxc.cgroup2.devices.allow", "/dev/nvidia-uvm-tools rwm")))
+        Edit("remove", 17)
+        Edit("add", lines=(("lxc.cgroup2.devices.allow", "c 10:200 rwm"),), near=("lxc.mount.entry",))
+            after the last line of that key or of a key in `near` (resolved when applied, so
+            several adds of a kind stay together), else after the last non-blank line;
+            a devN key goes after the last devN line, else after the last Proxmox key.
+    """
+
+    op: Literal["replace", "remove", "add"]
+    index: int | None = None
+    lines: tuple[tuple[str, str], ...] = ()
+    near: tuple[str, ...] = ()
+
+    def to_json(self) -> dict:
+        out: dict[str, Any] = {"op": self.op}
+        if self.index is not None:
+            out["line"] = self.index + 1
+        if self.lines:
+            out["lines"] = [{"key": k, "value": v} for k, v in self.lines]
+        return out
+
+
+@dataclass(frozen=True)
+class Fix:
+    """What repairs a finding, as data (ruff's Fix). `plan` applies the edits of
+    every fix whose applicability is not "manual"; `audit`, the hook and `--json`
+    show the same fixes.
+
+    applicability: "safe" (the plan applies it; it takes effect at the next start or
+    live), "needs-restart" (the plan applies it; only a start makes it real: mounts,
+    devN entries), "manual" (shown, never applied for you: host commands, changes that
+    take access away, values only the container knows).
+    commands: what to run on the host (display-only, for a person); notes: lines shown
+    before the change. phase: fixes of a lower phase are applied, and the container
+    checked again, before the others (cgroup v1 keys become v2 keys first, so a
+    converted rule is not added a second time).
+
+        Fix("add an allow rule for it: lxcfix plan --ct 200",
+            edits=(Edit("add", lines=(("lxc.cgroup2.devices.allow", "c 10:200 rwm"),), near=(...)),),
+            applicability="safe")
+        Fix("run nvidia-modprobe -u -c0 on the host", commands=("nvidia-modprobe -u -c0",))
+    """
+
+    title: str
+    edits: tuple[Edit, ...] = ()
+    applicability: Applicability = "manual"
+    commands: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    phase: int = 1
+
+    @property
+    def applies(self) -> bool:
+        """The plan makes this change itself."""
+        return self.applicability != "manual" and bool(self.edits)
+
+    def __str__(self) -> str:
+        return self.title
+
+
 @dataclass(frozen=True)
 class Finding:
     code: str
@@ -145,19 +248,25 @@ class Finding:
     message: str
     device: str | None = None
     evidence: tuple[str, ...] = ()
-    fix: str | None = None
+    fix: Fix | None = None
     host: str = "localhost"
     live_fixable: bool | None = None
+    line: int | None = None  # the config line it is about (1-based), when it is about one
 
     def to_json(self) -> dict:
+        fix = self.fix
         return {
             "code": self.code,
             "severity": self.severity,
             "message": self.message,
             "device": self.device,
             "evidence": list(self.evidence),
-            "fix": self.fix,
+            "fix": fix.title if fix is not None else None,
             "live_fixable": self.live_fixable,
+            "applicability": fix.applicability if fix is not None else None,
+            "edits": [e.to_json() for e in fix.edits] if fix is not None else [],
+            "commands": list(fix.commands) if fix is not None else [],
+            "line": self.line,
         }
 
 
@@ -174,6 +283,8 @@ class Plan:
     style: str = "numeric"
     style_reason: str = ""
     notes: tuple[str, ...] = ()
+    fixes: tuple[Fix, ...] = ()  # the fixes whose edits make `after`
+    lock: str | None = None  # the config's `lock:`; apply refuses while it is set
 
     @property
     def is_empty(self) -> bool:
@@ -203,3 +314,34 @@ class ApplyResult:
     verified: bool
     rolled_back: bool
     message: str = ""
+
+
+@dataclass(frozen=True)
+class CtReport:
+    """One container scanned. context: the rules.Context it was judged in, and
+    planned: the same container with its plan applied (same process only: both
+    are dropped before a report crosses to another process), so the audit reads
+    the view the scan did and apply verifies against the planned one."""
+
+    host: str
+    ct: str
+    path: str
+    findings: tuple[Finding, ...]
+    plan: Plan | None = None
+    node: str | None = None
+    status: str | None = None
+    error: str | None = None
+    probe: ProbeResult | None = None  # what the probe saw inside, when it ran
+    context: Any = field(default=None, compare=False, repr=False)
+    planned: Any = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class HostReport:
+    host: str
+    backend: str
+    facts: HostFacts | None
+    containers: tuple[CtReport, ...] = ()
+    error: str | None = None
+    seconds: float = 0.0
+    findings: tuple[Finding, ...] = field(default=())  # host-level (LXF301)

@@ -1,16 +1,23 @@
 """Looking inside a running container: the probe (one exec) and the device
-program on its cgroup. Thin I/O; the findings come from rules.probe and rules.live.
+program on its cgroup (the BPF reader). Thin I/O; the findings come from
+rules.probe and rules.live, the decoding from lxcfix.bpf.
 
     probe, live = observe(transport, backend, "200", effective)
     probe.nodes["/dev/nvidia-uvm"].open == "EPERM"
     live.program.rules == (DeviceRule("c", 195, None, "rwm"), DeviceRule("c", 508, None, "rwm"), ...)
+    read_live(Local(), "/sys/fs/cgroup/lxc.payload.web").allows("c", 511, 0) -> False
 """
 
 from __future__ import annotations
 
+import json
+
 from . import bpf
 from . import probe as probe_mod
+from .bpf import READER, READER_LIB, ReaderOutput, _bpftool_insns, effective_of, parse_reader
+from .devices import LiveAllowlist
 from .effective import Effective
+from .errors import Unreachable
 from .model import ProbeResult
 from .rules.live import Live
 from .transport import Transport
@@ -22,19 +29,23 @@ def probe_paths(eff: Effective) -> list[str]:
     return sorted({"/" + g.target.lstrip("/") for g in eff.given})
 
 
-def run_probe(t: Transport, backend, ct: str, paths: list[str]) -> ProbeResult:
-    result = backend.exec(t, ct).run(probe_mod.probe_argv(paths), timeout=PROBE_TIMEOUT)
+class ProbeFailed(RuntimeError):
+    pass
+
+
+def run_probe(enter: Transport, ct: str, paths: list[str]) -> ProbeResult:
+    """The probe through `enter` (the container's transport)."""
+    try:
+        result = enter.run(probe_mod.probe_argv(paths), timeout=PROBE_TIMEOUT)
+    except Unreachable as e:
+        raise ProbeFailed(f"{enter.name}: {e}") from None
     if not result.ok and "end" not in result.stdout:
         raise ProbeFailed(f"probe in CT {ct} failed (exit {result.rc}): "
                           f"{(result.stderr or result.stdout).strip().splitlines()[-1:] or ['no output']}")
     return probe_mod.parse(result.stdout)
 
 
-class ProbeFailed(RuntimeError):
-    pass
-
-
-def read_live(t: Transport, backend, ct: str) -> Live | None:
+def read_container_live(t: Transport, backend, ct: str) -> Live | None:
     """The program on the container's limit cgroup; None when it cannot be read.
     The init's own /proc/<pid>/cgroup comes first: LXC nests the container
     under the monitor's cgroup on some hosts (seen on a real GPU host:
@@ -47,11 +58,89 @@ def read_live(t: Transport, backend, ct: str) -> Live | None:
         except OSError:
             pass
     for cgroup in bpf.cgroup_candidates(backend.name, ct, proc_cgroup=proc_cgroup):
-        out = bpf.read_programs(t, cgroup)
+        out = read_programs(t, cgroup)
         if out.status in ("progs", "none"):
-            return Live(cgroup, bpf.effective_of(out))
+            return Live(cgroup, effective_of(out))
     return None
 
 
-def observe(t: Transport, backend, ct: str, eff: Effective) -> tuple[ProbeResult, Live | None]:
-    return run_probe(t, backend, ct, probe_paths(eff)), read_live(t, backend, ct)
+def observe(t: Transport, backend, ct: str, eff: Effective, enter: Transport | None = None
+            ) -> tuple[ProbeResult, Live | None]:
+    """The probe (through `enter`, default backend.exec) and the live program (through the host)."""
+    enter = enter if enter is not None else backend.exec(t, ct)
+    return run_probe(enter, ct, probe_paths(eff)), read_container_live(t, backend, ct)
+
+
+# ---------------------------------------------------------------- the BPF reader, run on a host
+
+def read_here(cgroup_path: str) -> ReaderOutput:
+    """The reader run in this process: on the local host it saves starting a
+    second interpreter (part of every verify after an apply)."""
+    namespace: dict = {"__name__": "lxcfix_bpf_reader"}
+    exec(compile(READER_LIB, "<lxcfix bpf reader>", "exec"), namespace)
+    lines, _ = namespace["report"](cgroup_path)
+    return parse_reader("\n".join(lines))
+
+
+
+def read_bpftool(transport: Transport, cgroup_path: str) -> ReaderOutput:
+    """The same through bpftool (`cgroup show [effective]` + `prog dump xlated
+    opcodes`), whose JSON gives every instruction's bytes."""
+
+    def show(*extra: str) -> list[int] | None:
+        r = transport.run(["bpftool", "-j", "cgroup", "show", cgroup_path, *extra], timeout=30)
+        if not r.ok:
+            return None
+        try:
+            rows = json.loads(r.stdout) if r.stdout.strip() else []
+        except ValueError:
+            return None
+        return [int(p["id"]) for p in rows if isinstance(p, dict) and "device" in str(p.get("attach_type", ""))]
+
+    ids = show()
+    scope = "direct"
+    if ids is None:
+        return ReaderOutput("error", errno="EIO", message="bpftool cgroup show failed", via="bpftool")
+    if not ids:
+        scope, ids = "effective", show("effective") or []
+    if not ids:
+        return ReaderOutput("none", scope=scope, via="bpftool")
+    progs = []
+    for pid in ids:
+        r = transport.run(["bpftool", "-j", "prog", "dump", "xlated", "id", str(pid), "opcodes"], timeout=30)
+        try:
+            progs.append((pid, _bpftool_insns(json.loads(r.stdout))))
+        except (ValueError, KeyError, TypeError):
+            return ReaderOutput("error", errno="EIO", message=f"bpftool prog dump xlated id {pid} failed",
+                                via="bpftool")
+    return ReaderOutput("progs", tuple(progs), scope, via="bpftool")
+
+
+def read_programs(transport: Transport, cgroup_path: str) -> ReaderOutput:
+    """The device programs of one cgroup: the python3 reader, then bpftool
+    when python3 gives no clear answer (missing, unsupported arch, ...)."""
+    if transport.local:  # the BPF syscalls can be made from this process
+        out, r = read_here(cgroup_path), None
+    else:
+        r = transport.run(["python3", "-c", READER, cgroup_path], timeout=30)
+        out = parse_reader(r.stdout)
+    if out.status in ("progs", "none"):
+        return out
+    if out.status == "error" and out.errno == "ENOENT":
+        return out  # no such cgroup: bpftool will not find it either
+    fallback = read_bpftool(transport, cgroup_path)
+    if fallback.status in ("progs", "none"):
+        return fallback
+    if out.status == "error":
+        return out
+    detail = (r.stderr.strip() or out.message or f"rc {r.rc}") if r is not None else out.message
+    return ReaderOutput("error", errno="EIO", via="python3", message=detail[:300])
+
+
+
+def read_live(transport: Transport, cgroup_path: str) -> LiveAllowlist | None:
+    """The live device policy of one cgroup, or None when no device program
+    applies or it could not be read (read_programs() says which)."""
+    return effective_of(read_programs(transport, cgroup_path))
+
+

@@ -31,10 +31,10 @@ import functools
 import re
 from typing import Iterable, Mapping
 
-from .devices import SHARED_MAJORS
 from .errors import BadInput
+from .fixes import exact_allow as allow_rule
 from .render import template_text
-from .model import Finding, ProbeNode, ProbeResult
+from .model import Finding, Fix, ProbeNode, ProbeResult
 
 PROGRAM_NAME = "lxcfix-probe"
 
@@ -203,7 +203,8 @@ class _Context:
     def finding(self, code: str, message: str, device: str | None, evidence: Iterable[str],
                 fix: str | None = None, live_fixable: bool | None = None) -> Finding:
         return Finding(code=code, severity="error", ct=self.ct, message=message, device=device,
-                       evidence=tuple(evidence), fix=fix, host=self.host, live_fixable=live_fixable)
+                       evidence=tuple(evidence), fix=Fix(fix) if fix else None, host=self.host,
+                       live_fixable=live_fixable)
 
     def major_evidence(self, major: int | None) -> list[str]:
         names = self.names.get(major) if major is not None else None
@@ -213,13 +214,6 @@ class _Context:
         if self.allowlist is None:
             return []
         return [f"running allowlist: {self.allowlist or '(empty)'}"]
-
-
-def allow_rule(kind: str, major: int, minor: int) -> str:
-    """The rule that lets this node through: a wildcard minor only on a major one driver owns."""
-    if kind == "b" or major in SHARED_MAJORS:
-        return f"{kind} {major}:{minor} rwm"
-    return f"{kind} {major}:* rwm"
 
 
 def _node_finding(ctx: _Context, node: ProbeNode, kind: str, major: int, minor: int) -> Finding | None:
@@ -309,7 +303,7 @@ def _broken(node: ProbeNode | None) -> bool:
 def _fix_from(by_path: Mapping[str, Finding], nodes: Iterable[ProbeNode | None]) -> str | None:
     for node in nodes:
         if node is not None and node.path in by_path and by_path[node.path].fix:
-            return f"{by_path[node.path].fix} ({by_path[node.path].code} {node.path})"
+            return f"{by_path[node.path].fix.title} ({by_path[node.path].code} {node.path})"
     return None
 
 

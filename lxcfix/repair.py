@@ -1,26 +1,29 @@
 """The flows behind the commands, as a library: pick a target host, scan it,
 apply a plan with verification, restore a backup. Prints nothing.
 
-    target = open_target(root=None, hosts=None)           # this host
+    target = open_target(root=None)                       # this host
     report, ct = one(target, "200", probe=True)
-    result = apply_plan(target, ct, report.facts, style="auto", restart=True)
+    tx = apply_transaction(target, ct, report.facts)      # its steps: tx.describe_steps()
+    result = apply_plan(target, ct, report.facts, restart=True)
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from typing import Callable
+from dataclasses import dataclass, replace
 
-from . import ctconfig, gather, liveplan
-from .apply import Applier, Host, default_state_dir, wait_until
+from . import liveplan
+from .apply import Applier, Host, state_dir
 from .backends import Lxc, Proxmox, detect
 from .errors import BadInput
 from .liveplan import LiveOps
-from .model import ApplyResult, Finding, HostFacts
-from .plan import STYLES, make_plan
-from .scan import CtReport, HostReport, scan_host
-from .transport import Local, RootDir
+from .model import ApplyResult, CtReport, Finding, HostFacts, HostReport
+from .observe import ProbeFailed, observe
+from .rules import run_rules
+from .scan import scan_host
+from .styles import STYLES
+from .transaction import Transaction, read_file, wait_until
+from .transport import Local, RootDir, Transport
 
 # Findings that mean the device the plan was for is still not usable.
 VERIFY_CODES = frozenset({"LXF100", "LXF101", "LXF110", "LXF121", "LXF200", "LXF202", "LXF203", "LXF301"})
@@ -30,12 +33,12 @@ VERIFY_CODES = frozenset({"LXF100", "LXF101", "LXF110", "LXF121", "LXF200", "LXF
 class Target:
     """One host to work on: its transport and backend; `root` for a snapshot."""
 
-    transport: object
+    transport: Transport
     backend: Proxmox | Lxc
     root: str | None = None
 
     def local_path(self, path: str) -> str:
-        return self.transport.path(path) if self.root else path
+        return self.transport.local_path(path)
 
     @property
     def live(self) -> bool:
@@ -56,7 +59,8 @@ def open_target(root: str | None, hosts: list[str] | None = None) -> Target:
     for h in hosts or []:
         if h not in ("localhost", "local", "127.0.0.1"):
             raise BadInput(f"--host {h}: remote hosts are reached through an inventory (--inventory FILE)")
-    t = Local()
+    override = os.environ.get("LXCFIX_PROC_DEVICES")  # majors from a saved /proc/devices (tests; another host's state)
+    t = Local(overrides={"/proc/devices": override} if override else {})
     return Target(t, detect(t))
 
 
@@ -70,12 +74,13 @@ def check_cts(target: Target, cts: list[str] | None, listed: dict) -> list[str]:
 
 
 def scan(target: Target, cts: list[str] | None, style: str = "auto", probe: bool = False,
-         facts: HostFacts | None = None) -> HostReport:
+         facts: HostFacts | None = None, keep_context: bool = False) -> HostReport:
     if style not in STYLES:
         raise BadInput(f"unknown --style {style!r}: use one of {', '.join(STYLES)}")
     listed = target.backend.list(target.transport)
     wanted = check_cts(target, cts, listed)
-    return scan_host(target.transport, target.backend, wanted, style, facts=facts, probe=probe and target.live)
+    return scan_host(target.transport, target.backend, wanted, style, facts=facts, probe=probe and target.live,
+                     keep_context=keep_context)
 
 
 def one(target: Target, ct: str, style: str = "auto", probe: bool = False,
@@ -87,30 +92,38 @@ def one(target: Target, ct: str, style: str = "auto", probe: bool = False,
     return rep, c
 
 
-def replanner(target: Target, ct: str, style: str, facts: HostFacts, path: str) -> Callable[[bytes], object]:
-    """bytes of a config -> its plan: apply checks the new file plans to nothing."""
-    loader = gather.include_loader(target.transport)
-
-    def replan(data: bytes):
-        cfg = ctconfig.parse(data, target.backend.flavor, path)
-        return make_plan(gather.context(facts, gather.Loaded(ct, path, cfg), loader), style)
-
-    return replan
-
-
-def verifier(target: Target, ct: str, style: str, before: CtReport, facts: HostFacts | None = None):
-    """Re-probe and re-plan after the restart. Devices missing on the host
-    (LXF112) cannot be fixed by a config change and do not fail the verify."""
-    absent = {f.device for f in before.findings if f.code == "LXF112"}
+def verifier(target: Target, c: CtReport, extra=None):
+    """After the change: the file on disk is the planned one, and the container,
+    probed inside with its running device program read, shows none of the
+    problems the plan was for, judged against the planned config (no second
+    plan: the planner already checked that planning its result finds nothing).
+    Devices missing on the host (LXF112) cannot be fixed by a config change and
+    do not fail the verify. extra(): more problems (the live path's init PID)."""
+    planned = c.planned
+    absent = {f.device for f in c.findings if f.code == "LXF112"}
+    path = target.local_path(c.plan.path)
 
     def problems() -> list[Finding]:
-        c = scan(target, [ct], style, probe=True, facts=facts).containers[0]
-        found = [f for f in c.findings
-                 if f.code in VERIFY_CODES and f.severity == "error" and f.device not in absent]
-        if c.plan is not None and not c.plan.is_empty:
-            found.append(Finding("LXF100", "error", ct, "planning again after the change is not clean",
-                                 host=c.host, evidence=(c.plan.diff(),)))
-        return found
+        found: list[Finding] = []
+        try:
+            on_disk = read_file(path)
+        except OSError as e:
+            on_disk = None
+            found.append(Finding("LXF131", "error", c.ct, f"cannot read {c.plan.path} back: {e}", host=c.host))
+        if on_disk is not None and on_disk != c.plan.after:
+            found.append(Finding("LXF121", "error", c.ct, f"{c.plan.path} is not the planned config any more "
+                                 "(edited meanwhile)", host=c.host))
+        ctx = planned
+        # Not running now: it did not run before either (a restart waits until it runs, or fails).
+        if target.backend.status(target.transport, c.ct) == "running":
+            try:
+                probe, live = observe(target.transport, target.backend, c.ct, planned.effective)
+            except ProbeFailed as e:
+                return found + [Finding("LXF301", "error", c.ct, f"cannot look inside CT {c.ct}: {e}", host=c.host)]
+            ctx = replace(planned, probe=probe, live=live)
+        found += [f for f in run_rules(ctx) if f.code in VERIFY_CODES and f.severity == "error"
+                  and f.device not in absent]
+        return found + (extra() if extra is not None else [])
 
     def verify() -> list[Finding]:
         last: list[Finding] = []
@@ -128,54 +141,50 @@ def verifier(target: Target, ct: str, style: str, before: CtReport, facts: HostF
 def applier(target: Target, ct: str) -> Applier:
     return Applier(
         Host(target.local_path, target.transport, target.backend if target.live else None),
-        ct, default_state_dir(target.root), target.backend.flavor,
+        ct, state_dir(target.root), target.backend.flavor,
         lock_path=target.backend.lock_path(ct) if target.live else None,
     )
 
 
-def live_ops(target: Target, c: CtReport, facts: HostFacts) -> LiveOps:
+def live_ops(target: Target, c: CtReport, facts: HostFacts | None = None) -> LiveOps:
     """The live operations equal to this plan's config change (liveplan.live_ops)."""
-    loader = gather.include_loader(target.transport)
-
-    def ctx(data: bytes):
-        cfg = ctconfig.parse(data, target.backend.flavor, c.plan.path)
-        return gather.context(facts, gather.Loaded(c.ct, c.plan.path, cfg), loader)
-
-    return liveplan.live_ops(ctx(c.plan.before), ctx(c.plan.after))
+    return liveplan.live_ops(c.context, c.planned)
 
 
-def apply_plan(target: Target, c: CtReport, facts: HostFacts, style: str = "auto", restart: bool = True,
-               before_write: Callable[[str], None] | None = None, live: bool = False,
-               ops: LiveOps | None = None) -> ApplyResult:
-    """Back up, write atomically, restart if it ran (or, live, change the running
-    container in place: `ops`, or live_ops() of the plan), verify; roll back on failure."""
+def apply_transaction(target: Target, c: CtReport, facts: HostFacts | None = None, *, restart: bool = True,
+                      live: bool = False, ops: LiveOps | None = None) -> Transaction:
+    """The one transaction `apply` runs and `apply --dry-run` prints."""
     if live:
         if not target.live:
             raise BadInput("--live changes a running container: not with --root")
-        ops = ops or live_ops(target, c, facts)
+        ops = ops or live_ops(target, c)
         if ops.refuse:
             raise BadInput(f"--live cannot do this change: {ops.refuse}")
         pid = target.backend.init_pid(target.transport, c.ct)
-        check = verifier(target, c.ct, style, c, facts)
 
-        def verify() -> list[Finding]:
-            found = check()
+        def pid_unchanged() -> list[Finding]:
             now = target.backend.init_pid(target.transport, c.ct)
-            if now != pid:
-                found.append(Finding("LXF301", "error", c.ct, f"init PID changed ({pid} -> {now}): the container "
-                                     "restarted during a live apply", host=c.host))
-            return found
+            if now == pid:
+                return []
+            return [Finding("LXF301", "error", c.ct, f"init PID changed ({pid} -> {now}): the container "
+                            "restarted during a live apply", host=c.host)]
 
-        return applier(target, c.ct).apply(
-            c.plan, replan=replanner(target, c.ct, style, facts, c.plan.path),
-            restart=False, verify=verify, before_write=before_write, live=ops,
-        )
+        return applier(target, c.ct).transaction(c.plan, restart=False, live=ops,
+                                                 verify=verifier(target, c, pid_unchanged))
     restart = restart and target.live
-    verify = verifier(target, c.ct, style, c, facts) if restart else None
-    return applier(target, c.ct).apply(
-        c.plan, replan=replanner(target, c.ct, style, facts, c.plan.path),
-        restart=restart, verify=verify, before_write=before_write,
-    )
+    return applier(target, c.ct).transaction(c.plan, restart=restart,
+                                             verify=verifier(target, c) if restart else None)
+
+
+def apply_plan(target: Target, c: CtReport, facts: HostFacts | None = None, style: str = "auto",
+               restart: bool = True, live: bool = False, ops: LiveOps | None = None) -> ApplyResult:
+    """Back up, write atomically, restart if it ran (or, live, change the running
+    container in place), verify; roll back on failure."""
+    if c.plan.is_empty:
+        return ApplyResult("nothing-to-do", None, True, False, "nothing to change")
+    tx = apply_transaction(target, c, facts, restart=restart, live=live, ops=ops)
+    result = tx.run()
+    return ApplyResult(result.reached, result.state.get("backup"), result.verified, False)
 
 
 def rollback(target: Target, ct: str, to: str | None = None, restart: bool = True) -> ApplyResult:

@@ -20,8 +20,7 @@ from collections import Counter
 from typing import Iterable
 
 from . import __version__
-from .model import SEVERITY_ORDER, Finding
-from .scan import CtReport, HostReport
+from .model import SEVERITY_ORDER, CtReport, Finding, HostReport
 
 SCHEMA = 1
 

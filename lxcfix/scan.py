@@ -13,109 +13,101 @@ import concurrent.futures
 import multiprocessing
 import os
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
+from typing import Callable
 
-from . import ctconfig, gather
-from .liveplan import live_ops
+from . import gather
 from .backends import Lxc, Proxmox
 from .errors import LxcfixError
-from .model import Finding, HostFacts, Plan, ProbeResult
+from .liveplan import live_ops
+from .model import CtReport, Finding, HostFacts, HostReport, Plan  # noqa: F401  (CtReport, HostReport: re-exported)
 from .observe import ProbeFailed, observe
-from .plan import make_plan
+from .plan import make_plan_in
 from .rules import Context, run_rules
-from .transport import Local, RootDir, Transport
+from .transport import Transport
+
+# How the probe reaches one container: backend.exec(host, ct) unless the inventory says otherwise.
+Route = Callable[[Transport, str], Transport]
 
 
 @dataclass(frozen=True)
-class CtReport:
-    host: str
-    ct: str
-    path: str
-    findings: tuple[Finding, ...]
-    plan: Plan | None = None
-    node: str | None = None
-    status: str | None = None
-    error: str | None = None
-    probe: ProbeResult | None = None  # what the probe saw inside, when it ran
+class Enter:
+    """How to look inside running containers on a live host."""
 
+    transport: Transport
+    backend: Proxmox | Lxc
+    route: Route | None = None
 
-@dataclass(frozen=True)
-class HostReport:
-    host: str
-    backend: str
-    facts: HostFacts | None
-    containers: tuple[CtReport, ...] = ()
-    error: str | None = None
-    seconds: float = 0.0
-    findings: tuple[Finding, ...] = field(default=())  # host-level (LXF301)
+    def container(self, ct: str) -> Transport:
+        return self.route(self.transport, ct) if self.route is not None else self.backend.exec(self.transport, ct)
 
 
 def analyze_container(facts: HostFacts, loaded: gather.Loaded, loader, style: str = "auto",
-                      enter: "Enter | None" = None) -> CtReport:
+                      enter: Enter | None = None) -> CtReport:
     """Findings and plan for one container. `enter` (live hosts) looks inside a
     running container: probe and device program."""
     if loaded.config is None:
         f = Finding("LXF131", "error", loaded.ct, f"config cannot be read: {loaded.error}",
                     evidence=(loaded.path,), host=facts.host)
         return CtReport(facts.host, loaded.ct, loaded.path, (f,), error=loaded.error, node=loaded.node)
-    ctx: Context = gather.context(facts, loaded, loader)
+    ctx: Context = gather.context(facts, loaded, loader, requested=style)
     status = None
     extra: list[Finding] = []
     if enter is not None:
         status = enter.backend.status(enter.transport, loaded.ct)
         if status == "running":
             try:
-                probe, live = observe(enter.transport, enter.backend, loaded.ct, ctx.effective)
+                probe, live = observe(enter.transport, enter.backend, loaded.ct, ctx.effective,
+                                      enter.container(loaded.ct))
                 ctx = replace(ctx, probe=probe, live=live)
             except ProbeFailed as e:
                 extra.append(Finding("LXF301", "error", loaded.ct, f"cannot look inside CT {loaded.ct}: {e}",
                                      host=facts.host))
     try:
-        plan = make_plan(ctx, style)
+        plan, planned = make_plan_in(ctx, style)
         findings = plan.findings
     except LxcfixError:
         raise  # bad input (a --style the container cannot take): the command's answer
     except Exception as e:  # a bug in one container's analysis must not end a fleet scan
-        return CtReport(facts.host, loaded.ct, loaded.path, tuple(run_rules(ctx)) + tuple(extra),
-                        error=f"internal error planning this container: {e!r}", node=loaded.node, status=status)
+        try:
+            found = tuple(run_rules(ctx))
+        except Exception:
+            found = ()
+        return CtReport(facts.host, loaded.ct, loaded.path, found + tuple(extra),
+                        error=f"internal error planning this container: {e!r}", node=loaded.node, status=status,
+                        context=ctx)
     if status == "running" and not plan.is_empty:
-        findings = mark_live_fixable(ctx, plan, findings)
+        findings = mark_live_fixable(ctx, planned, findings)
     return CtReport(facts.host, loaded.ct, loaded.path, tuple(findings) + tuple(extra), plan,
-                    node=loaded.node, status=status, probe=ctx.probe)
+                    node=loaded.node, status=status, probe=ctx.probe, context=ctx, planned=planned)
 
 
 # What a live apply repairs when the plan's change can be made live.
 LIVE_FIXABLE = frozenset({"LXF100", "LXF101", "LXF102", "LXF110", "LXF200", "LXF210", "LXF211"})
 
 
-def mark_live_fixable(ctx: Context, plan: Plan, findings) -> tuple[Finding, ...]:
-    after = ctx.with_config(ctconfig.parse(plan.after, ctx.config.flavor, ctx.config.path))
-    ops = live_ops(ctx, after)
+def mark_live_fixable(ctx: Context, planned: Context, findings) -> tuple[Finding, ...]:
+    ops = live_ops(ctx, planned)
     ok = ops.refuse is None
     return tuple(replace(f, live_fixable=ok) if f.code in LIVE_FIXABLE else f for f in findings)
 
 
-@dataclass(frozen=True)
-class Enter:
-    """How to reach running containers on a live host."""
-
-    transport: Transport
-    backend: object
-
-
 def scan_host(t: Transport, backend: Proxmox | Lxc, cts: list[str] | None = None,
-              style: str = "auto", facts: HostFacts | None = None, probe: bool = False) -> HostReport:
+              style: str = "auto", facts: HostFacts | None = None, probe: bool = False,
+              route: Route | None = None, keep_context: bool = False) -> HostReport:
     """probe: enter running containers (live hosts only) to probe them and read
-    their device program."""
+    their device program; route: how (default backend.exec). keep_context: the
+    reports keep the view they were judged in (the audit reads it), so no worker
+    processes."""
     start = time.monotonic()
     facts = facts or gather.host_facts(t, backend)
     listed = backend.list(t)
     wanted = cts if cts else list(listed)
     loader = gather.include_loader(t)
-    enter = Enter(t, backend) if probe else None
+    enter = Enter(t, backend, route) if probe else None
     # Processes only where reading configs is local work: a forked SSH connection is not shared.
-    local = isinstance(t, (Local, RootDir))
-    workers = _workers(len(wanted)) if enter is None and local and not facts.nodes_known else 1
+    workers = workers_for(len(wanted)) if enter is None and t.local and not facts.nodes_known \
+        and not keep_context else 1
     if workers > 1:
         reports = _analyze_in_processes(facts, [(ct, listed.get(ct)) for ct in wanted], t, backend, style, workers)
         return HostReport(t.name, backend.name, facts, tuple(reports), seconds=time.monotonic() - start)
@@ -133,8 +125,8 @@ def scan_host(t: Transport, backend: Proxmox | Lxc, cts: list[str] | None = None
 PARALLEL_MIN = 1500
 
 
-def _workers(n: int) -> int:
-    if n < PARALLEL_MIN or os.environ.get("LXCFIX_WORKERS") == "1":
+def workers_for(n: int) -> int:
+    if n < PARALLEL_MIN:
         return 1
     return max(1, min(len(os.sched_getaffinity(0)), 8, n // (PARALLEL_MIN // 2)))
 
@@ -147,7 +139,7 @@ def _analyze_chunk(args) -> list[CtReport]:
         report = analyze_container(facts, gather.load_container(transport, backend, ct, path), loader, style)
         if report.plan is not None:
             report.plan.diff()  # computed here, in parallel; it travels back with the plan
-        out.append(report)
+        out.append(replace(report, context=None, planned=None))  # the views stay in this process
     return out
 
 

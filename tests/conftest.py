@@ -2,8 +2,10 @@
 
 Markers: `real` = needs root, LXC and a pure cgroup v2 /sys/fs/cgroup (tests/run
 gives one in a private mount namespace). Every test under tests/real gets it.
-With CI=true a skipped `real` test (or a skipped tests/real module) is a
-failure: the real tier must not skip in CI. Unit tests never skip.
+`corpus` = reads the public corpus in ../shared (tests/unit/conftest.py); it
+skips, with the reason, in a plain clone of the project alone.
+With CI=true a skipped `real` or `corpus` test (or a skipped tests/real
+module) is a failure: CI has both and must run them.
 """
 
 import os
@@ -43,11 +45,15 @@ def _skip_reason(longrepr) -> str:
 def pytest_runtest_makereport(item, call):
     outcome = yield
     rep = outcome.get_result()
-    if rep.skipped and _ci() and not hasattr(rep, "wasxfail") and item.get_closest_marker("real"):
-        rep.outcome = "failed"
-        rep.longrepr = (f"real test skipped with CI=true, which is a failure "
-                        f"(TESTING.md: the real tier must not skip in CI). Skip reason: "
-                        f"{_skip_reason(rep.longrepr)}")
+    if not (rep.skipped and _ci() and not hasattr(rep, "wasxfail")):
+        return
+    for marker, why in (("real", "TESTING.md: the real tier must not skip in CI"),
+                        ("corpus", "CI has ../shared/corpus")):
+        if item.get_closest_marker(marker):
+            rep.outcome = "failed"
+            rep.longrepr = (f"{marker} test skipped with CI=true, which is a failure ({why}). "
+                            f"Skip reason: {_skip_reason(rep.longrepr)}")
+            return
 
 
 @pytest.hookimpl(hookwrapper=True)

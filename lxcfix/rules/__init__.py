@@ -1,6 +1,8 @@
-"""Checks: one module per family; each exposes `check(ctx) -> list[Finding]`.
+"""Checks: one module per family; each exposes `check(ctx) -> list[Finding]`,
+every finding carrying its fix as data (model.Fix).
 
 RULES is an explicit tuple: the order findings come out in is the order here.
+foresight (what maintenance will break) runs only for `lxcfix audit`.
 """
 
 from __future__ import annotations
@@ -11,11 +13,16 @@ from dataclasses import dataclass, replace
 from ..ctconfig import CtConfig
 from ..effective import Effective
 from ..model import Finding, HostFacts, ProbeResult
+from ..styles import choose_style
 
 
 @dataclass(frozen=True)
 class Context:
-    """Everything the checks may look at for one container. Pure data."""
+    """Everything the checks may look at for one container. Pure data.
+
+    requested: the --style asked for ("auto" unless the admin chose one);
+    `style` is what that resolves to on this host, and why.
+    """
 
     host: str
     ct: str
@@ -25,20 +32,38 @@ class Context:
     probe: ProbeResult | None = None
     live: object | None = None  # rules.live.Live: the device program read from the running container
     load: object | None = None  # include loader, so a planner can re-read an edited config
+    requested: str = "auto"
+
+    @functools.cached_property
+    def style(self) -> tuple[str, str]:
+        """(style, why): raises BadInput for a style this container cannot take."""
+        return choose_style(self.requested, self.config.flavor, self.facts)
 
     @functools.cached_property
     def needs(self):
-        """allowlist.analyze(self), computed once: the checks and the planner all read it."""
+        """allowlist.analyze(self), computed once: the checks and their fixes all read it."""
         from .allowlist import analyze
 
         return analyze(self)
 
+    @functools.cached_property
+    def repairs(self):
+        """allowlist.repairs(self): the fixes of what is broken, computed once, so a
+        probe finding and a config finding about one device carry the same fix."""
+        from .allowlist import repairs
+
+        return repairs(self)
+
     def with_config(self, config: CtConfig) -> "Context":
-        """The same container with another config (the planner's intermediate steps)."""
+        """The same container with another config (the planner's next round):
+        what was seen inside the running container does not carry over."""
         from ..effective import effective
 
         load = self.load or (lambda path: None)
-        return replace(self, config=config, effective=effective(config, self.facts, load))
+        return replace(self, config=config, effective=effective(config, self.facts, load), probe=None, live=None)
+
+    def with_style(self, requested: str) -> "Context":
+        return self if requested == self.requested else replace(self, requested=requested)
 
     def finding(self, code: str, severity: str, message: str, **kw) -> Finding:
         return Finding(code=code, severity=severity, ct=self.ct, message=message, host=self.host, **kw)

@@ -1,21 +1,28 @@
 """Is every device the container is given allowed, and on the right major?
 
 LXF100 missing allow rule, LXF101 stale major, LXF110 allowed but not passed
-in, LXF112 node missing on the host. `analyze()` is shared with plan.py, so
-what is reported and what is fixed can never drift apart.
+in, LXF112 node missing on the host. `analyze()` finds what is broken and
+`repairs()` builds each one's fix (in the container's fix style), so what is
+reported and what is fixed can never drift apart.
 
     needs = analyze(ctx)
     needs.stale[0] == Stale(rule=OwnRule(index=14, value="c 508:* rwm", ...), major=511,
                             given=(Given("/dev/nvidia-uvm", ...), Given("/dev/nvidia-uvm-tools", ...)))
+    repairs(ctx).stale[14] == Fix("move the rule to major 511 ...",
+                                  edits=(Edit("replace", 14, (("lxc.cgroup2.devices.allow", "/dev/nvidia-uvm rwm"), ...)),),
+                                  applicability="safe")
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import itertools
+from dataclasses import dataclass, field
+from typing import Mapping
 
-from .. import devices
+from .. import devices, fixes
+from ..ctconfig import next_devn
 from ..effective import Given, OwnRule
-from ..model import DeviceNode
+from ..model import DeviceNode, DeviceRule, Edit, Fix
 
 
 # LXC's own common.conf allows fuse without passing it in (Proxmox adds the mount
@@ -95,6 +102,119 @@ def analyze(ctx) -> Needs:
     return Needs(tuple(denied), tuple(stale), tuple(unpassed), absent)
 
 
+@dataclass(frozen=True)
+class Repairs:
+    """The fix of everything analyze() found broken. devN entries are numbered
+    across all of them, in one order (stale, denied, --style devn migration,
+    not passed in), so fixes shown one by one agree with the plan."""
+
+    stale: Mapping[int, Fix] = field(default_factory=dict)  # rule line index -> fix
+    denied: Mapping[str, Fix] = field(default_factory=dict)  # given host path -> fix
+    unpassed: Mapping[int, Fix] = field(default_factory=dict)  # rule line index -> fix
+    migration: Fix | None = None  # --style devn asked for: working bind mounts become devN entries
+
+    def for_device(self, path: str, stale: tuple = ()) -> Fix | None:
+        """The fix that repairs the host node at `path` (a denied one, or one a stale rule is for)."""
+        if path in self.denied:
+            return self.denied[path]
+        for s in stale:
+            if any(g.path == path for g in s.given):
+                return self.stale.get(s.rule.index)
+        return None
+
+
+def repairs(ctx) -> Repairs:
+    style, _ = ctx.style
+    needs, facts = ctx.needs, ctx.facts
+    numbers = itertools.count(next_devn(ctx.config))
+    assigned: dict[str, int] = {}
+
+    def devn(node: DeviceNode) -> Edit:
+        if node.path not in assigned:
+            assigned[node.path] = next(numbers)
+        return fixes.devn_edit(node, assigned[node.path])
+
+    def via_devn(g: Given) -> bool:
+        return style == "devn" and g.via == "mount" and g.from_dir is None
+
+    plan = f"lxcfix plan --ct {ctx.ct}"
+    stale: dict[int, Fix] = {}
+    for s in needs.stale:
+        r = s.rule.rule
+        # In the devn style a node in a directory mount keeps needing the rule.
+        still_needed = any(not via_devn(g) for g in s.given)
+        if style == "numeric" or (style == "devn" and still_needed):
+            lines = [(s.rule.key, str(DeviceRule(r.kind, s.major, r.minor, r.access)))]
+        elif style == "path":
+            lines = [(s.rule.key, f"{g.path} {r.access}") for g in s.given]
+        else:  # devn: devN entries replace the rule and the nodes' mounts
+            lines = []
+        edits = [fixes.replace_edit(s.rule.index, lines)]
+        for g in s.given:
+            if via_devn(g):
+                edits += [fixes.remove_edit(g.index), devn(g.node)]
+        stale[s.rule.index] = Fix(
+            f"move the rule to major {s.major} ({plan}); devN entries or path-form rules survive the next move",
+            tuple(edits), "needs-restart" if len(edits) > 1 else "safe")
+
+    denied: dict[str, Fix] = {}
+    for g in needs.denied:
+        title = "add an allow rule for it: " + plan
+        if via_devn(g):
+            denied[g.path] = Fix(title, (fixes.remove_edit(g.index), devn(g.node)), "needs-restart")
+        elif g.via == "mount":
+            denied[g.path] = Fix(title, (fixes.allow_edit([g.node], facts, style),), "safe")
+        else:
+            denied[g.path] = Fix(title)
+
+    migration = _migrate_to_devn(ctx, needs, [*stale.values(), *denied.values()], devn) \
+        if ctx.requested == "devn" else None
+
+    unpassed: dict[int, Fix] = {}
+    for u in needs.unpassed:
+        title = f"pass the node in with a mount entry or devN entry ({plan})"
+        if style == "devn":
+            unpassed[u.rule.index] = Fix(title, tuple(devn(n) for n in u.nodes), "needs-restart")
+        else:
+            unpassed[u.rule.index] = Fix(title, tuple(fixes.mount_edit([n]) for n in u.nodes), "safe")
+    return Repairs(stale, denied, unpassed, migration)
+
+
+def _migrate_to_devn(ctx, needs: Needs, done: list[Fix], devn) -> Fix | None:
+    """--style devn asked for: every node passed in by its own bind mount and
+    allowed by a numeric rule becomes a devN entry; rules left serving nothing
+    go. `done`: the fixes of what is broken, whose lines this leaves alone."""
+    broken = {(g.path, g.index) for g in needs.denied} | {(g.path, g.index) for s in needs.stale for g in s.given}
+    given = [g for g in ctx.effective.given if g.node is not None]
+    touched = {e.index for f in done for e in f.edits if e.index is not None}
+    drop = {e.index for f in done for e in f.edits if e.op == "remove"}
+    edits: list[Edit] = []
+    for g in given:
+        if g.via == "mount" and g.from_dir is None and (g.path, g.index) not in broken:
+            edits += [fixes.remove_edit(g.index), devn(g.node)]
+            drop.add(g.index)
+    remaining = [g for g in given if not (g.via == "mount" and g.index in drop)]
+    for r in ctx.effective.own_rules:
+        if r.key != fixes.ALLOW or r.rule is None or r.rule.path is not None or r.rule.major is None:
+            continue
+        if r.index in touched:
+            continue
+        if any(_serves(r.rule, g.node) for g in given) and not any(_serves(r.rule, g.node) for g in remaining):
+            edits.append(fixes.remove_edit(r.index))
+            # Its cgroup v1 twin (dual-stack configs) goes with it.
+            for twin in ctx.effective.own_rules:
+                if twin.v1 and twin.key.endswith("allow") and twin.value.strip() == r.value.strip():
+                    edits.append(fixes.remove_edit(twin.index))
+    if not edits:
+        return None
+    return Fix("--style devn: bind mounts with numeric rules become devN entries, which survive major changes",
+               tuple(edits), "needs-restart")
+
+
+def _serves(rule: DeviceRule, node: DeviceNode) -> bool:
+    return rule.major is not None and rule.covers(node.kind, node.major, node.minor)
+
+
 def _dev(node: DeviceNode) -> str:
     return f"{node.kind} {node.major}:{node.minor}"
 
@@ -107,6 +227,7 @@ def _names(ctx, major: int) -> str:
 def check(ctx) -> list:
     needs = ctx.needs
     eff = ctx.effective
+    fixed = ctx.repairs
     out = []
     allowed = eff.ruleset.describe("c")
     for g in needs.denied:
@@ -119,7 +240,7 @@ def check(ctx) -> list:
             evidence=(f"passed in by {via} ({ctx.config.path}:{g.index + 1})",
                       f"device rules allow: {allowed}",
                       f"/proc/devices: {node.major} {_names(ctx, node.major)}"),
-            fix="add an allow rule for it: lxcfix plan --ct " + ctx.ct,
+            fix=fixed.denied[g.path], line=g.index + 1,
         ))
     for s in needs.stale:  # analyze() pairs every stale rule with at least one device
         first, rule = s.given[0], s.rule.rule
@@ -133,8 +254,7 @@ def check(ctx) -> list:
             evidence=(f"{ctx.config.path}:{s.rule.index + 1}: {s.rule.key}: {s.rule.value}",
                       f"/proc/devices: {s.major} {name}; no driver holds major {rule.major}",
                       "affects " + ", ".join(g.path for g in s.given)),
-            fix=f"move the rule to major {s.major} (lxcfix plan --ct {ctx.ct}); "
-                "devN entries or path-form rules survive the next move",
+            fix=fixed.stale[s.rule.index], line=s.rule.index + 1,
         ))
     for u in needs.unpassed:
         paths = ", ".join(n.path for n in u.nodes) or f"{u.profile.name} nodes"
@@ -144,19 +264,28 @@ def check(ctx) -> list:
             device=u.nodes[0].path if u.nodes else None,
             evidence=(f"{ctx.config.path}:{u.rule.index + 1}: {u.rule.key}: {u.rule.value}",
                       "no lxc.mount.entry or devN entry for it"),
-            fix=f"pass the node in with a mount entry or devN entry (lxcfix plan --ct {ctx.ct})",
+            fix=fixed.unpassed[u.rule.index], line=u.rule.index + 1,
         ))
     for g in needs.absent:
-        hint = ("run `nvidia-modprobe -u -c=0` on the host, and make it run at boot before guests start"
-                if g.profile == "nvidia-uvm" else "load its driver or fix the path")
         start = ("the container will not start" if g.via == "devn" or not g.optional
                  else "the container starts without it")
         out.append(ctx.finding(
             "LXF112", "error", f"{g.path} does not exist on the host: {start}",
             device=g.path,
             evidence=(f"{ctx.config.path}:{g.index + 1} passes it in",),
-            fix=hint,
+            fix=create_node_fix(g.path, g.profile), line=g.index + 1,
         ))
     return out
+
+
+def create_node_fix(path: str, profile: str | None) -> Fix:
+    """LXF112: a node missing on the host is made by its driver, not by a config edit."""
+    hint = ("run `nvidia-modprobe -u -c=0` on the host, and make it run at boot before guests start"
+            if profile == "nvidia-uvm" else "load its driver or fix the path")
+    argv = fixes.modprobe_argv(path)
+    if argv is None:
+        return Fix(hint)
+    return Fix(hint, commands=(" ".join(argv), f"{fixes.HOST_FIX}    # installs {fixes.UNIT}: creates the nodes "
+                                                "at every boot, before guests start"))
 
 

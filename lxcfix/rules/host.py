@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..effective import V2_KEYS
+from ..model import Fix
 
 
 def check(ctx) -> list:
@@ -12,19 +13,20 @@ def check(ctx) -> list:
         out.append(ctx.finding(
             "LXF120", "info", f"config has 'lock: {eff.lock}': the container is busy; apply refuses",
             evidence=(f"lock: {eff.lock}",),
-            fix="wait for the operation to finish (or `pct unlock` if it is stale), then re-run",
+            fix=Fix("wait for the operation to finish (or `pct unlock` if it is stale), then re-run"),
         ))
     for lineno, text in ctx.config.bad_lines():
         out.append(ctx.finding(
             "LXF130", "error", f"line {lineno} of {ctx.config.path or 'the config'} does not parse: {text.strip()[:80]!r}",
             evidence=(f"{ctx.config.path}:{lineno}",),
-            fix="remove or fix the line: Proxmox and LXC refuse to start with it",
+            fix=Fix("remove or fix the line: Proxmox and LXC refuse to start with it"),
         ))
     if ctx.facts.cgroup_layout in ("hybrid", "v1") and any(r.key in V2_KEYS for r in eff.own_rules):
         out.append(ctx.finding(
             "LXF300", "warning",
             f"host runs a {ctx.facts.cgroup_layout} cgroup layout: LXC ignores every lxc.cgroup2.devices line here",
             evidence=(f"cgroup layout: {ctx.facts.cgroup_layout}",),
-            fix="boot the host with the unified cgroup v2 hierarchy (Proxmox VE 7+ default), or use lxc.cgroup.devices.* keys",
+            fix=Fix("boot the host with the unified cgroup v2 hierarchy (Proxmox VE 7+ default), "
+                    "or use lxc.cgroup.devices.* keys"),
         ))
     return out

@@ -2,12 +2,19 @@
 
 LXF102 cgroup v1 keys on a v2 host, LXF103 numeric rule pinning a dynamic
 major, LXF104 over-broad rule, LXF111 device mount without `optional`.
+
+Their fixes: LXF102's conversion is applied by the plan (first, phase 0);
+LXF103's path-form rules only when `--style path` is asked for; narrowing an
+over-broad rule (LXF104) and adding `optional` (LXF111) are shown, never
+applied for the admin: taking access away, or changing when a container
+starts, is the admin's call.
 """
 
 from __future__ import annotations
 
-from .. import devices
-from ..bpf import parse_lxc_value
+from .. import devices, fixes
+from ..devices import parse_lxc_value
+from ..model import DeviceNode, Edit, Fix
 
 # Nodes that exist whenever the host is up: a mount of them cannot fail at start.
 ALWAYS_PRESENT = frozenset({"tun", "fuse", "kvm"})
@@ -32,7 +39,7 @@ def convertible(r) -> bool:
 
 
 def lxc_accepts(r) -> bool:
-    """Would LXC's own parser take this rule line (bpf.parse_lxc_value)?"""
+    """Would LXC's own parser take this rule line (devices.parse_lxc_value)?"""
     value = r.value.strip()
     if value.startswith("/"):
         return r.key.endswith("allow") and len(value.split()) == 2
@@ -49,6 +56,83 @@ def pinned_dynamic(ctx, rule) -> devices.Profile | None:
     return None
 
 
+def convert_fix(ctx, r) -> Fix:
+    """LXF102: the ignored v1 rule becomes the v2 rule, in place (its place in
+    the rule order is kept). Only rules without a v2 twin get here (a dual-stack
+    config that has both halves is fine), and LXC 7 refuses v1 keys: the v1 line
+    goes. `a` rules are never converted (convertible())."""
+    v2 = r.key.replace("lxc.cgroup.", "lxc.cgroup2.")
+    title = f"use {v2}: {r.value}"
+    if not convertible(r):
+        return Fix(title)
+    return Fix(title, (Edit("replace", r.index, ((v2, r.value),)),), "safe", phase=0)
+
+
+def path_rules_fix(ctx, r, profile: devices.Profile) -> Fix:
+    """LXF103: path-form rules for the nodes the pinned rule is for, which LXC
+    resolves at every start. Applied by the plan when --style path is asked
+    for; without a node passed in, a suggestion from the catalog's nodes."""
+    title = "use devN entries (Proxmox VE 8.1+) or path-form rules: lxcfix plan --style devn|path"
+    given = sorted({g.path for g in ctx.effective.given if g.node is not None and _serves(r.rule, g.node)})
+    paths = given or fixes_paths(profile, ctx, r.rule)
+    if not paths:
+        return Fix(title)
+    edit = Edit("replace", r.index, tuple((r.key, f"{p} {r.rule.access}") for p in paths))
+    return Fix(title, (edit,), "safe" if given and ctx.requested == "path" else "manual")
+
+
+def fixes_paths(profile: devices.Profile, ctx, rule) -> list[str]:
+    return list(dict.fromkeys(n.path for n in devices.nodes_of(profile, ctx.facts)))
+
+
+def _serves(rule, node: DeviceNode) -> bool:
+    return rule.major is not None and rule.covers(node.kind, node.major, node.minor)
+
+
+def narrow_fix(ctx, r) -> Fix:
+    """LXF104: the over-broad rule becomes exact rules for the devices the
+    container is given that nothing else allows (a dynamic major by path)."""
+    title = "allow only the devices passed in (exact minors on shared majors); lxcfix plan shows the exact rules"
+    covered = []
+    for g in ctx.effective.given:
+        n = g.node
+        if n is None or not r.rule.covers(n.kind, n.major, n.minor) or _allowed_elsewhere(ctx, n, r.index):
+            continue
+        profile = devices.profile_for_major(n.major, ctx.facts, n.minor) if n.kind == "c" else None
+        covered.append(f"{n.path} rwm" if profile is not None and profile.dynamic
+                       else fixes.exact_allow(n.kind, n.major, n.minor))
+    lines = tuple((fixes.ALLOW, v) for v in dict.fromkeys(covered))
+    return Fix(title, (fixes.replace_edit(r.index, lines),), "manual")
+
+
+def _allowed_elsewhere(ctx, n: DeviceNode, skip: int) -> bool:
+    for o in ctx.effective.own_rules:
+        if o.index == skip or o.rule is None or not o.rule.allow or o.v1 or devices.is_overbroad(o.rule):
+            continue
+        if o.rule.path is not None:
+            if o.rule.path == n.path:
+                return True
+        elif o.rule.covers(n.kind, n.major, n.minor):
+            return True
+    return False
+
+
+def optional_fix(ctx, g) -> Fix:
+    """LXF111: the same bind mount with `optional` (and create=file)."""
+    title = "add 'optional' to its mount options (and create=file)"
+    line = ctx.config.lines[g.index]
+    parts = (line.value or "").split()
+    if len(parts) < 4:
+        return Fix(title)
+    opts = parts[3].split(",")
+    at = next((i + 1 for i, o in enumerate(opts) if o in ("bind", "rbind")), len(opts))
+    opts.insert(at, "optional")
+    if not any(o.startswith("create=") for o in opts):
+        opts.append("create=file")
+    new = " ".join(parts[:3] + [",".join(opts)] + parts[4:])
+    return Fix(title, (Edit("replace", g.index, ((fixes.MOUNT_KEY, new),)),), "manual")
+
+
 def check(ctx) -> list:
     out = []
     eff = ctx.effective
@@ -58,18 +142,17 @@ def check(ctx) -> list:
     for r in eff.own_rules:
         where = f"{path}:{r.index + 1}: {r.key}: {r.value}"
         if r.index in ignored:
-            v2 = r.key.replace("lxc.cgroup.", "lxc.cgroup2.")
             out.append(ctx.finding(
                 "LXF102", "error",
                 f"{r.key} is a cgroup v1 key: on this cgroup v2 host LXC ignores it silently",
                 evidence=(where, f"cgroup layout: {ctx.facts.cgroup_layout}"),
-                fix=f"use {v2}: {r.value}",
+                fix=convert_fix(ctx, r), line=r.index + 1,
             ))
         if r.value.strip() and not lxc_accepts(r):
             out.append(ctx.finding(
                 "LXF130", "error", f"LXC rejects the device rule {r.value!r} and skips it: it has no effect",
                 evidence=(where, "LXC wants `c MAJOR:MINOR ACCESS` with single spaces, or `/dev/path ACCESS` (allow only)"),
-                fix="write it as `c MAJOR:MINOR rwm` or `/dev/path rwm`",
+                fix=Fix("write it as `c MAJOR:MINOR rwm` or `/dev/path rwm`"), line=r.index + 1,
             ))
         if r.rule is None:
             continue
@@ -78,8 +161,7 @@ def check(ctx) -> list:
             out.append(ctx.finding(
                 "LXF104", "warning", f"{r.key}: {r.value} {why}",
                 evidence=(where,),
-                fix="allow only the devices passed in (exact minors on shared majors); "
-                    "lxcfix plan shows the exact rules",
+                fix=narrow_fix(ctx, r), line=r.index + 1,
             ))
         profile = pinned_dynamic(ctx, r.rule)
         if profile is not None and r.index not in stale_rules and not r.v1:
@@ -88,7 +170,7 @@ def check(ctx) -> list:
                 f"{r.value} pins the dynamic major of {profile.name}: it breaks when a reboot "
                 "or driver upgrade moves the major",
                 evidence=(where, f"/proc/devices: {r.rule.major} {profile.drivers[0] if profile.drivers else profile.name}"),
-                fix="use devN entries (Proxmox VE 8.1+) or path-form rules: lxcfix plan --style devn|path",
+                fix=path_rules_fix(ctx, r, profile), line=r.index + 1,
             ))
     for g in eff.given:
         if g.via != "mount" or g.optional or g.from_dir is not None:
@@ -101,6 +183,6 @@ def check(ctx) -> list:
             "(driver not loaded yet, device unplugged) the container fails to start",
             device=g.path,
             evidence=(f"{path}:{g.index + 1}",),
-            fix="add 'optional' to its mount options (and create=file)",
+            fix=optional_fix(ctx, g), line=g.index + 1,
         ))
     return out

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..bpf import LiveAllowlist, describe
+from ..devices import LiveAllowlist, describe
+from ..model import DeviceRule, Fix
 
 
 @dataclass(frozen=True)
@@ -39,8 +40,8 @@ def differences(ctx) -> tuple[list[str], list[str]] | None:
 
 def _fmt(key: tuple) -> str:
     kind, major, minor, access, allow = key
-    text = "a" if kind == "a" and major is None and minor is None else \
-        f"{kind} {'*' if major is None else major}:{'*' if minor is None else minor} {access}"
+    rule = DeviceRule(kind, major, minor, access, allow=True)
+    text = rule.text(listing=not (kind == "a" and major is None and minor is None))  # a bare `a` is the mode
     return text if allow else f"deny {text}"
 
 
@@ -61,5 +62,5 @@ def check(ctx) -> list:
         "the running device allowlist differs from the config on disk (edited without a restart, "
         "or changed live)",
         evidence=tuple(evidence),
-        fix=f"restart the container to load the config, or `lxcfix apply --ct {ctx.ct}`",
+        fix=Fix(f"restart the container to load the config, or `lxcfix apply --ct {ctx.ct}`"),
     )]

@@ -1,9 +1,20 @@
-"""What the in-container probe saw: LXF200-LXF203, LXF210-LXF212 (probe.classify)."""
+"""What the in-container probe saw: LXF200-LXF203, LXF210-LXF212 (probe.classify).
+
+A probe finding about a device carries the same fix as the config finding
+about it (rules.Context.repairs), so the plan applies it once; LXF201 gets the
+group-access fix (rules.access), LXF212 the commands that install the
+matching userspace driver.
+"""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from .. import fixes
 from .. import probe as probe_mod
-from ..bpf import describe
+from ..devices import describe
+from ..model import Finding, Fix
+from .access import group_access_fix
 
 
 def expected(ctx) -> dict[str, tuple[str, int, int]]:
@@ -14,6 +25,31 @@ def expected(ctx) -> dict[str, tuple[str, int, int]]:
     }
 
 
+def host_path(ctx, inside: str) -> str:
+    """The host node behind a path inside the container."""
+    for g in ctx.effective.given:
+        if "/" + g.target.lstrip("/") == inside:
+            return g.path
+    return inside
+
+
+def with_fix_data(ctx, f: Finding) -> Finding:
+    """The finding with its fix's edits or commands filled in."""
+    title = f.fix.title if f.fix is not None else None
+    if f.code == "LXF201" and f.device:
+        group = fixes.group_for(f.device)
+        gid = ctx.probe.groups.get(group) if ctx.probe is not None and group else None
+        return replace(f, fix=group_access_fix(ctx, f.device, gid, **({"title": title} if title else {})))
+    if f.code == "LXF212" and title and ctx.facts.nvidia_driver:
+        commands = fixes.userspace_commands(ctx.ct, ctx.config.flavor, ctx.facts.nvidia_driver.strip())
+        return replace(f, fix=Fix(title, commands=commands))
+    if f.device and title and f.code in ("LXF200", "LXF210", "LXF211"):
+        repair = ctx.repairs.for_device(host_path(ctx, f.device), ctx.needs.stale)
+        if repair is not None and repair.edits:
+            return replace(f, fix=Fix(title, repair.edits, repair.applicability, phase=repair.phase))
+    return f
+
+
 def check(ctx) -> list:
     if ctx.probe is None:
         return []
@@ -22,5 +58,6 @@ def check(ctx) -> list:
         program = ctx.live.program
         allowlist = describe(r for r in program.rules if r.allow) if program is not None else "(no device program: all devices allowed)"
     majors = {name: ms[0] for name, ms in ctx.facts.char_majors.items() if ms}
-    return probe_mod.classify(ctx.ct, ctx.host, ctx.probe, expected(ctx), ctx.facts.nvidia_driver,
-                              allowlist=allowlist, host_majors=majors)
+    found = probe_mod.classify(ctx.ct, ctx.host, ctx.probe, expected(ctx), ctx.facts.nvidia_driver,
+                               allowlist=allowlist, host_majors=majors)
+    return [with_fix_data(ctx, f) for f in found]

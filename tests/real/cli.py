@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -27,10 +28,13 @@ def diagnose(env, ct) -> dict:
     return json.loads(r.stdout)
 
 
+PAUSING = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pausing.py")
+
+
 def paused_apply(env, ct, step, pause_file, *extra):
-    e = dict(env, LXCFIX_PAUSE_AT=step, LXCFIX_PAUSE_FILE=str(pause_file))
-    proc = subprocess.Popen([sys.executable, "-m", "lxcfix", "apply", "--ct", ct, "--yes", *extra],
-                            env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    """apply, paused at a checkpoint of its transaction (tests/real/pausing.py)."""
+    proc = subprocess.Popen([sys.executable, PAUSING, step, str(pause_file), "apply", "--ct", ct, "--yes", *extra],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             stdin=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
     while not pause_file.exists():

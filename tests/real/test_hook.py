@@ -42,7 +42,7 @@ def moved(tmp_path, monkeypatch):
 def install_snippet(env: Path, mode: str, *extra: str) -> Path:
     """The packaged snippet, running this checkout's lxcfix with this interpreter."""
     path = env / "snippets" / "lxcfix-hook.sh"
-    path.write_text(hook.snippet(mode, [sys.executable, "-m", "lxcfix.hook", *extra]))
+    path.write_text(hook.snippet(mode, [sys.executable, "-m", "lxcfix", "hook", *extra]))
     path.chmod(0o755)
     return path
 

@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from lxcfix import bpf
+from lxcfix import bpf, observe
 from lxcfix.model import DeviceRule
 from lxcfix.transport import Local
 
@@ -75,11 +75,11 @@ def test_read_live_decodes_the_configured_rules_and_a_live_change(container_fact
     assert bpf.cgroup_candidates("lxc", c.name)[0] == cg
     assert bpf.cgroup_candidates("lxc", c.name, proc_cgroup=proc_cgroup(c.init_pid()))[0] == cg
 
-    out = bpf.read_programs(Local(), cg)
+    out = observe.read_programs(Local(), cg)
     assert (out.status, out.scope, out.via, len(out.programs)) == ("progs", "direct", "python3", 1)
-    assert bpf.read_bpftool(Local(), cg).programs == out.programs  # the fallback reads the same bytes
+    assert observe.read_bpftool(Local(), cg).programs == out.programs  # the fallback reads the same bytes
 
-    live = bpf.read_live(Local(), cg)
+    live = observe.read_live(Local(), cg)
     expected = bpf.lxc_expected(common_lines() + own_lines(lines))
     assert live is not None and not live.unknown
     assert live == expected
@@ -93,7 +93,7 @@ def test_read_live_decodes_the_configured_rules_and_a_live_change(container_fact
     assert probe_node(c, "/dev/lxf-uvm").open == "EPERM"  # the kernel agrees
 
     lxc_cgroup(c, "devices.allow", f"c {major}:* rwm")
-    after = bpf.read_live(Local(), cg)
+    after = observe.read_live(Local(), cg)
     assert after is not None and not after.unknown
     assert after.prog_id != live.prog_id and not after.others  # replaced, not appended
     assert after.rules == live.rules + (DeviceRule("c", major, None, "rwm"),)
@@ -101,7 +101,7 @@ def test_read_live_decodes_the_configured_rules_and_a_live_change(container_fact
     assert probe_node(c, "/dev/lxf-uvm").open == "ENXIO"  # allowed now; no driver behind it
 
     lxc_cgroup(c, "devices.deny", "c 195:* rwm")  # flips the identical allow: gone
-    gone = bpf.read_live(Local(), cg)
+    gone = observe.read_live(Local(), cg)
     assert DeviceRule("c", 195, None, "rwm") not in gone.rules
     assert gone.rules == tuple(r for r in after.rules if r != DeviceRule("c", 195, None, "rwm"))
 
@@ -112,7 +112,7 @@ def test_denylist_access_is_matched_as_a_whole_request(container_factory, tun):
     lines = ["lxc.cgroup2.devices.allow = a", "lxc.cgroup2.devices.deny = c 10:200 w", TUN_BIND]
     c = container_factory(lines)
     assert c.bpf_attached()
-    live = bpf.read_live(Local(), c.cgroup_path())
+    live = observe.read_live(Local(), c.cgroup_path())
     assert (live.mode, live.rules, live.unknown) == ("denylist", (DeviceRule("c", 10, 200, "w", allow=False),), False)
     for mode in ("w", "rw", "r"):
         kernel = probe_node(c, "/dev/net/tun", mode).open
@@ -129,13 +129,13 @@ def test_no_program_when_the_list_is_empty(container_factory, tun):
     c = container_factory(lines)
     cg = f"{harness.CGROUP_ROOT}/lxc.payload.{c.name}"
     assert os.path.isdir(cg)
-    assert bpf.read_programs(Local(), cg).status == "none"
-    assert bpf.read_live(Local(), cg) is None
+    assert observe.read_programs(Local(), cg).status == "none"
+    assert observe.read_live(Local(), cg) is None
     assert bpf.lxc_expected(common_lines() + own_lines(lines)) is None
     assert probe_node(c, "/dev/net/tun").open == "ok"
 
     lxc_cgroup(c, "devices.allow", "c 10:200 rwm")
-    live = bpf.read_live(Local(), cg)
+    live = observe.read_live(Local(), cg)
     assert c.bpf_attached()
     assert (live.mode, live.rules) == ("allowlist", (DeviceRule("c", 10, 200, "rwm"),))
     assert probe_node(c, "/dev/net/tun").open == "ok"
@@ -150,13 +150,13 @@ def test_proxmox_layout(pve):
     cands = bpf.cgroup_candidates("pve", ct.vmid, proc_cgroup=proc_cgroup(ct.init_pid()))
     assert cands[:2] == [f"{limit}/ns", limit]
 
-    direct = bpf.read_programs(Local(), limit)
-    inner = bpf.read_programs(Local(), f"{limit}/ns")
+    direct = observe.read_programs(Local(), limit)
+    inner = observe.read_programs(Local(), f"{limit}/ns")
     assert (direct.status, direct.scope) == ("progs", "direct")
     assert (inner.status, inner.scope) == ("progs", "effective")
     assert inner.programs == direct.programs
 
-    live = bpf.read_live(Local(), cands[0])
-    assert live == bpf.read_live(Local(), limit)
+    live = observe.read_live(Local(), cands[0])
+    assert live == observe.read_live(Local(), limit)
     assert live.mode == "allowlist" and live.rules[-1] == DeviceRule("c", 10, 200, "rwm")
     assert live.allows("c", 10, 200) and not live.allows("c", 195, 0)

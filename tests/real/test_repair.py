@@ -183,8 +183,13 @@ def test_failed_start_rolls_back_and_runs_old_config(pve, env, tmp_path, monkeyp
     target = repair.open_target(None)
     rep, c = repair.one(target, ct.vmid, "devn", probe=True)
     assert "LXF200" in [f.code for f in c.findings]
+    from lxcfix.transaction import Transaction
+
+    # The node vanishes once the backup is taken, before the config is written.
+    monkeypatch.setattr(Transaction, "on_checkpoint",
+                        staticmethod(lambda name: os.unlink(node) if name == "backed-up" else None))
     with pytest.raises(ApplyFailed) as err:
-        repair.apply_plan(target, c, rep.facts, "devn", before_write=lambda backup: os.unlink(node))
+        repair.apply_plan(target, c, rep.facts, "devn")
     assert "rolled back" in str(err.value) and err.value.exit_code == 4
     assert Path(ct.conf_path).read_bytes() == old
     assert ct.running() and ct.bpf_attached()

@@ -22,7 +22,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lxcfix import bpf
+from lxcfix import bpf, observe
 from lxcfix.bpf import LiveAllowlist, LxcDeviceList, decode, describe, encode
 from lxcfix.model import DeviceRule, Result
 
@@ -500,6 +500,7 @@ class FakeTransport:
     """Answers argv by its first words; records every call."""
 
     name = "fake"
+    local = False
 
     def __init__(self, answers: dict[tuple, Result]):
         self.answers = answers
@@ -533,7 +534,7 @@ CG = "/sys/fs/cgroup/lxc.payload.web"
 
 def test_read_live_through_python3():
     t = FakeTransport({("python3", "-c", "READER", CG): Result(0, f"scope direct\nprog 7 {hexprog('shapes')}\n")})
-    live = bpf.read_live(t, CG)
+    live = observe.read_live(t, CG)
     assert live == EXPECTED["shapes"] and live.prog_id == 7
     assert t.calls == [["python3", "-c", bpf.READER, CG]]  # the path is an argument, not code
 
@@ -545,23 +546,23 @@ def test_read_live_falls_back_to_bpftool():
             [{"id": 41, "attach_type": "cgroup_device", "attach_flags": "multi", "name": ""}])),
         ("bpftool", "-j", "prog", "dump", "xlated", "id", "41", "opcodes"): Result(0, bpftool_json(data)),
     })
-    out = bpf.read_programs(t, CG)
+    out = observe.read_programs(t, CG)
     assert (out.status, out.via, out.programs) == ("progs", "bpftool", ((41, data),))
-    assert bpf.read_live(t, CG) == EXPECTED["shapes.live1"]
+    assert observe.read_live(t, CG) == EXPECTED["shapes.live1"]
 
 
 def test_read_live_none_and_errors():
     t = FakeTransport({("python3", "-c", "READER", CG): Result(0, "none\n")})
-    assert bpf.read_live(t, CG) is None
+    assert observe.read_live(t, CG) is None
     assert len(t.calls) == 1
     t = FakeTransport({("python3", "-c", "READER", CG): Result(1, "error ENOENT open x: No such file\n")})
-    assert bpf.read_live(t, CG) is None
-    assert bpf.read_programs(t, CG).errno == "ENOENT" and len(t.calls) == 2  # no bpftool for a missing cgroup
+    assert observe.read_live(t, CG) is None
+    assert observe.read_programs(t, CG).errno == "ENOENT" and len(t.calls) == 2  # no bpftool for a missing cgroup
     t = FakeTransport({("python3", "-c", "READER", CG): Result(1, "error EPERM not permitted\n"),
                        ("bpftool",): Result(255, "", "Error: can't query")})
-    out = bpf.read_programs(t, CG)
+    out = observe.read_programs(t, CG)
     assert (out.status, out.errno) == ("error", "EPERM")
-    assert bpf.read_programs(FakeTransport({}), CG).status == "error"  # neither python3 nor bpftool
+    assert observe.read_programs(FakeTransport({}), CG).status == "error"  # neither python3 nor bpftool
 
 
 def test_bpftool_effective_fallback():
@@ -572,7 +573,7 @@ def test_bpftool_effective_fallback():
             [{"id": 9, "attach_type": "cgroup_device", "name": ""}])),
         ("bpftool", "-j", "prog", "dump", "xlated", "id", "9", "opcodes"): Result(0, bpftool_json(data)),
     })
-    out = bpf.read_bpftool(t, CG)
+    out = observe.read_bpftool(t, CG)
     assert (out.status, out.scope, out.programs) == ("progs", "effective", ((9, data),))
 
 
@@ -580,7 +581,7 @@ def test_several_programs_and_the_one_chosen():
     old, new = hexprog("shapes"), hexprog("shapes.live1")
     # attached to the cgroup itself: the last attached is LXC's current one
     t = FakeTransport({("python3", "-c", "READER", CG): Result(0, f"scope direct\nprog 3 {old}\nprog 5 {new}\n")})
-    live = bpf.read_live(t, CG)
+    live = observe.read_live(t, CG)
     assert live == EXPECTED["shapes.live1"] and live.prog_id == 5
     assert [o.prog_id for o in live.others] == [3]
     # ...but the kernel runs both: the old one still denies 511:7
@@ -588,7 +589,7 @@ def test_several_programs_and_the_one_chosen():
     assert live.allows("c", 195, 0)
     # inherited (effective): the deepest cgroup's comes first
     t = FakeTransport({("python3", "-c", "READER", CG): Result(0, f"scope effective\nprog 5 {new}\nprog 3 {old}\n")})
-    assert bpf.read_live(t, CG).prog_id == 5
+    assert observe.read_live(t, CG).prog_id == 5
 
 
 def test_cgroup_candidates():

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from hypothesis import given, settings, strategies as st
 
+import pytest
+
 from lxcfix import ctconfig
 
 from .conftest import CORPUS
@@ -26,6 +28,7 @@ def test_only_the_pasted_editor_title_is_unparsable(corpus_files):
     assert {k: [n for n, _ in v] for k, v in bad.items() if v} == {"bpaludo-frigate-101.conf": [1]}
 
 
+@pytest.mark.corpus
 def test_corpus_sections_are_found():
     cfg = ctconfig.parse((CORPUS / "pve" / "pvetest-rollback-101.conf").read_bytes(), "pve")
     assert cfg.sections() == ["test"]
@@ -72,9 +75,9 @@ def test_add_keeps_crlf_and_mends_missing_final_newline():
 
 
 def test_set_value_keeps_line_ending_and_refuses_snapshot_lines():
-    cfg = ctconfig.parse(b"a: 1\r\n[s]\nb: 2\n", "pve")
-    assert ctconfig.set_value(cfg, 0, "a", "3").raw == b"a: 3\r\n[s]\nb: 2\n"
-    assert cfg.lines[1].raw == b"[s]\nb: 2\n"  # the snapshot is kept as one opaque line
+    cfg = ctconfig.parse(b"a: 1\r\n[s1]\nb: 2\n", "pve")
+    assert ctconfig.set_value(cfg, 0, "a", "3").raw == b"a: 3\r\n[s1]\nb: 2\n"
+    assert cfg.lines[1].raw == b"[s1]\nb: 2\n"  # the snapshot is kept as one opaque line
     try:
         ctconfig.set_value(cfg, 1, "b", "3")
     except ValueError:
@@ -132,6 +135,22 @@ def test_key_split_matches_the_line_grammar(text, flavor):
 
 
 def test_sections_are_listed_from_the_opaque_tail():
-    cfg = ctconfig.parse(b"a: 1\n[snap1]\nb: 2\n  [pve:pending]  \nc: 3\n", "pve")
+    cfg = ctconfig.parse(b"a: 1\n[snap1]\nb: 2\n[pve:pending]  \nc: 3\n", "pve")
     assert cfg.sections() == ["snap1", "pve:pending"]
-    assert [ln.raw for ln in cfg.lines] == [b"a: 1\n", b"[snap1]\nb: 2\n  [pve:pending]  \nc: 3\n"]
+    assert [ln.raw for ln in cfg.lines] == [b"a: 1\n", b"[snap1]\nb: 2\n[pve:pending]  \nc: 3\n"]
+
+
+@pytest.mark.parametrize("line", [b"[x]", b" [snap]", b"[1a]", b"[a b]", b"\t[pve:pending]", b"[]"])
+def test_only_proxmox_section_headers_start_a_section(line):
+    """pve-container's parse_pct_config: `[pve:pending]` or [a-z][a-z0-9_-]+ at the line's
+    start. Anything else is a bad line of the main section, and what follows still counts."""
+    cfg = ctconfig.parse(b"arch: amd64\n" + line + b"\nlock: backup\nlxc.cgroup2.devices.allow: c 10:200 rwm\n", "pve")
+    assert cfg.sections() == []
+    assert cfg.get("lock") == "backup" and cfg.values("lxc.cgroup2.devices.allow") == ["c 10:200 rwm"]
+    assert [n for n, _ in cfg.bad_lines()] == [2]
+    assert ctconfig.serialize(cfg) == b"arch: amd64\n" + line + b"\nlock: backup\nlxc.cgroup2.devices.allow: c 10:200 rwm\n"
+
+
+def test_section_headers_are_case_insensitive_like_proxmox():
+    cfg = ctconfig.parse(b"arch: amd64\n[Snap_1]\nx: 1\n[PVE:PENDING]\n", "pve")
+    assert cfg.sections() == ["Snap_1", "PVE:PENDING"]

@@ -134,9 +134,13 @@ def test_overbroad(text, broad):
 
 
 def test_container_exec_argv():
+    """Nothing of lxcfix's environment goes into a container: lxc-attach clears it
+    and sets a fixed PATH and LC_ALL. A Proxmox container is entered the same way
+    (pct exec is lxc-attach -n VMID, keeping pct's environment by default)."""
     from lxcfix.backends import Lxc, Proxmox
-    from lxcfix.transport import Local
+    from lxcfix.transport import CONTAINER_PATH, Local
 
+    clean = ["--clear-env", "--set-var", f"PATH={CONTAINER_PATH}", "--set-var", "LC_ALL=C"]
     assert Lxc(lxcpath="/srv/lxc").exec(Local(), "web").wrap(["id"]) == \
-        ["lxc-attach", "-n", "web", "-P", "/srv/lxc", "--", "id"]
-    assert Proxmox().exec(Local(), "200").wrap(["id"]) == ["pct", "exec", "200", "--", "id"]
+        ["lxc-attach", "-n", "web", "-P", "/srv/lxc", *clean, "--", "id"]
+    assert Proxmox().exec(Local(), "200").wrap(["id"]) == ["lxc-attach", "-n", "200", *clean, "--", "id"]

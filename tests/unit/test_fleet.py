@@ -68,8 +68,13 @@ class FakeHost:
     def isdir(self, path: str) -> bool:
         return self.inner.isdir(path)
 
-    def walk_dev(self, top="/dev"):
-        return self.inner.walk_dev(top)
+    local = False  # as an SSH host: its files are not on this machine
+
+    def device_nodes(self, paths=None):
+        return self.inner.device_nodes(paths)
+
+    def local_path(self, path):
+        raise OSError("not on this machine")
 
     def close(self):
         self.closed = True
@@ -293,27 +298,6 @@ def test_backend_from_inventory_overrides_detection(tmp_path):
     assert r.backend == "lxc" and [c.ct for c in r.containers] == ["vpn", "web"]
 
 
-def test_probe_is_passed_only_when_scan_host_takes_it(monkeypatch, tmp_path):
-    seen = []
-
-    def scan_host_with_probe(t, backend, cts=None, style="auto", facts=None, probe=True):
-        seen.append(probe)
-        from lxcfix.scan import HostReport
-        return HostReport(t.name, backend.name, facts, ())
-
-    def scan_host_without(t, backend, cts=None, style="auto", facts=None):
-        seen.append("none")
-        from lxcfix.scan import HostReport
-        return HostReport(t.name, backend.name, facts, ())
-
-    f = Fleet({"h": lxc_host(tmp_path, "h", ["vpn"])})
-    monkeypatch.setattr(fleet, "scan_host", scan_host_with_probe)
-    fleet.scan_fleet(entries("all:\n  hosts: {h: }\n"), probe=False, connect=f.connect)
-    monkeypatch.setattr(fleet, "scan_host", scan_host_without)
-    fleet.scan_fleet(entries("all:\n  hosts: {h: }\n"), probe=False, connect=f.connect)
-    assert seen == [False, "none"]
-
-
 # ----------------------------------------------------------------- transports per host and container
 
 
@@ -358,7 +342,7 @@ def test_container_transport():
     assert isinstance(t, ssh.Ssh) and t.name == "pve1/200" and t.dest == "10.0.5.200"
     assert t._opts["port"] == 2200 and t._opts["user"] == "root"
     t2 = fleet.container_transport(host, e, Proxmox(), "201")
-    assert isinstance(t2, ContainerExec) and t2.wrap(["true"]) == ["pct", "exec", "201", "--", "true"]
+    assert isinstance(t2, ContainerExec) and t2.wrap(["true"]) == Proxmox().exec(host, "201").wrap(["true"])
     e_exec = HostEntry("pve1", container_access="exec", ct_ssh=e.ct_ssh)
     assert isinstance(fleet.container_transport(host, e_exec, Proxmox(), "200"), ContainerExec)
     e_ssh = HostEntry("h", container_access="ssh", ct_ssh=e.ct_ssh, source="inv.yaml:3")
@@ -513,7 +497,7 @@ def test_unreachable_container_ssh_is_that_containers_lxf301(tmp_path):
             " lxcfix_containers: [web]}\n")
     connector = Connector(f)
     connector.real = fleet.SshConnector(ssh_config=None, tries=1, allow_agent=False, look_for_keys=False)
-    (r,) = fleet.scan_fleet(entries(text), connect=connector)
+    (r,) = fleet.scan_fleet(entries(text), connect=connector, enter=connector.container)
     assert r.error is None and [c.ct for c in r.containers] == ["web"]
     (web_301,) = [x for x in r.containers[0].findings if x.code == "LXF301"]
     assert f"h/web: connection refused by 127.0.0.1:{port}" in web_301.message
@@ -525,9 +509,9 @@ def test_remote_calls_stay_small_and_without_probes_use_one_chunk(tmp_path, monk
     sizes = []
     real = fleet.scan_host
 
-    def spy(t, backend, cts=None, style="auto", facts=None, probe=False):
+    def spy(t, backend, cts=None, style="auto", facts=None, probe=False, **kw):
         sizes.append(len(cts))
-        return real(t, backend, cts, style, facts=facts, probe=probe)
+        return real(t, backend, cts, style, facts=facts, probe=probe, **kw)
 
     monkeypatch.setattr(fleet, "scan_host", spy)
     cts = [f"ct{i}" for i in range(7)]

@@ -173,7 +173,7 @@ def test_uvm_denied_classifies_as_lxf200_and_cuinit_999():
                             ("LXF210", f"{NV}-uvm")}
     by = {(f.code, f.device): f for f in found}
     uvm = by[("LXF200", f"{NV}-uvm")]
-    assert f"c {UVM}:0" in uvm.message and f"allow c {UVM}:* rwm" in uvm.fix
+    assert f"c {UVM}:0" in uvm.message and f"allow c {UVM}:* rwm" in uvm.fix.title
     assert f"nvidia-uvm is {UVM} on this host" in uvm.evidence
     assert any(e.startswith("running allowlist: ") and "c 195:* rwm" in e for e in uvm.evidence)
     cu = by[("LXF210", f"{NV}-uvm")]
@@ -190,7 +190,7 @@ def test_nvidiactl_denied_classifies_as_lxf200_cuinit_100_and_nvml():
     by = {(f.code, f.device): f for f in found}
     assert "= 100" in by[("LXF210", f"{NV}ctl")].message
     assert "Unknown Error" in by[("LXF211", f"{NV}ctl")].message
-    assert by[("LXF200", f"{NV}ctl")].fix.startswith("allow c 195:* rwm")
+    assert by[("LXF200", f"{NV}ctl")].fix.title.startswith("allow c 195:* rwm")
 
 
 def test_nocaps_probe_skips_the_gpu_calls_and_still_finds_the_denial():

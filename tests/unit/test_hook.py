@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lxcfix import hook
+from lxcfix import cli, hook
 from lxcfix.model import Finding
 
 STALE = Finding("LXF101", "error", "200", "/dev/nvidia-uvm is c 511:0 on this host; the config allows c 508:* "
@@ -93,9 +93,7 @@ def test_main_parses_proxmox_argv(monkeypatch, capsys):
         return hook.HookResult(1, "lxcfix: CT 200 must not start", "block")
 
     monkeypatch.setattr(hook, "run_hook", lambda vmid, phase, mode, *, style: fake(vmid, phase, mode, style))
-    assert hook.main(["--mode", "fail", "200", "pre-start"]) == 1
+    assert cli.run(["hook", "--mode", "fail", "200", "pre-start"]) == 1
     assert seen == {"vmid": "200", "phase": "pre-start", "mode": "fail", "style": "auto"}
     assert capsys.readouterr().err == "lxcfix: CT 200 must not start\n"
-    with pytest.raises(SystemExit) as e:
-        hook.main(["--mode", "bogus", "200", "pre-start"])
-    assert e.value.code == 2
+    assert cli.run(["hook", "--mode", "bogus", "200", "pre-start"]) == 2

@@ -1,6 +1,7 @@
 """The in-container probe: the real script under busybox sh, dash and bash; parse; classify.
 
-Ground truth: shared/ground-truth/nvidia-h200-cgroup-deny.json (one NVIDIA node denied at a
+Ground truth: fixtures/ground-truth/nvidia-h200-cgroup-deny.json, a copy of
+shared/ground-truth/nvidia-h200-cgroup-deny.json (one NVIDIA node denied at a
 time on a real H200) and fixtures/probe/h200-measured-*.txt (the script's own output there).
 """
 
@@ -24,7 +25,8 @@ from lxcfix.model import ProbeNode, ProbeResult
 
 HERE = Path(__file__).resolve().parent
 FIXTURES = HERE / "fixtures" / "probe"
-GROUND_TRUTH = Path(__file__).parents[2] / ".." / "shared" / "ground-truth" / "nvidia-h200-cgroup-deny.json"
+# A copy of shared/ground-truth/nvidia-h200-cgroup-deny.json, carried so a plain clone runs (README there).
+GROUND_TRUTH = HERE / "fixtures" / "ground-truth" / "nvidia-h200-cgroup-deny.json"
 
 SHELLS = {"busybox": ("busybox", "sh"), "dash": ("dash",), "bash": ("bash",)}
 IS_ROOT = os.geteuid() == 0
@@ -381,19 +383,19 @@ def test_uvm_denied_reads_at_a_glance():
     eperm = findings[0]
     assert eperm.message == "open /dev/nvidia-uvm: EPERM (the cgroup device policy denies c 238:0)"
     assert eperm.evidence[:2] == ("running allowlist: c 195:* rwm, c 508:* rwm", "nvidia-uvm is 238 on this host")
-    assert eperm.fix == "allow c 238:* rwm (run: lxcfix plan --ct 200 --host pve1)"
+    assert eperm.fix.title == "allow c 238:* rwm (run: lxcfix plan --ct 200 --host pve1)"
     assert eperm.live_fixable is True
     cuinit = [f for f in findings if f.code == "LXF210"][0]
     assert cuinit.message.startswith("cuInit(0) = 999 CUDA_ERROR_UNKNOWN") and "nvidia-smi still works" in cuinit.message
     assert "open /dev/nvidia-uvm: EPERM" in cuinit.evidence
     assert any("measured" in e and "999" in e for e in cuinit.evidence)
-    assert cuinit.fix.startswith("allow c 238:* rwm")
+    assert cuinit.fix.title.startswith("allow c 238:* rwm")
     assert not [f for f in findings if f.code == "LXF211"]  # nvidia-smi alone misses this case
 
 
 def test_nvidiactl_denied_explains_cuinit_100_and_nvml():
     findings = {f.code: f for f in gt_classify("deny nvidiactl 195:255")}
-    assert findings["LXF200"].fix == "allow c 195:* rwm (run: lxcfix plan --ct 200 --host pve1)"
+    assert findings["LXF200"].fix.title == "allow c 195:* rwm (run: lxcfix plan --ct 200 --host pve1)"
     assert "nvidia/nvidiactl is 195 on this host" in findings["LXF200"].evidence
     assert findings["LXF210"].message.startswith("cuInit(0) = 100 CUDA_ERROR_NO_DEVICE")
     assert "open /dev/nvidiactl: EPERM" in findings["LXF210"].evidence
@@ -423,7 +425,7 @@ def test_measured_missing_uvm_is_absent():
                    {"/dev/nvidia0": ("c", 195, 0), "/dev/nvidia-uvm": ("c", 238, 0)}, "580.159.04")
     assert [(f.code, f.device) for f in findings] == [("LXF202", "/dev/nvidia-uvm")]
     assert findings[0].message == "/dev/nvidia-uvm is absent in the container (the host has it as c 238:0)"
-    assert findings[0].fix == "pass /dev/nvidia-uvm into the container and restart it (run: lxcfix plan --ct 101)"
+    assert findings[0].fix.title == "pass /dev/nvidia-uvm into the container and restart it (run: lxcfix plan --ct 101)"
 
 
 def test_measured_regular_file_is_not_a_device():
@@ -451,7 +453,7 @@ def test_eacces_is_mode_not_cgroup():
 
 def test_shared_major_gets_an_exact_minor():
     f = one("node /dev/net/tun exists=1 char=1 major=10 minor=200 open=EPERM\n", {"/dev/net/tun": ("c", 10, 200)})[0]
-    assert f.fix == "allow c 10:200 rwm (run: lxcfix plan --ct 101)"
+    assert f.fix.title == "allow c 10:200 rwm (run: lxcfix plan --ct 101)"
 
 
 def test_enxio_is_not_a_cgroup_finding_but_explains_cuinit():
@@ -478,7 +480,7 @@ def test_driver_mismatch():
     assert findings["LXF212"].message == ("NVIDIA driver mismatch: host kernel driver 580.159.04, "
                                           "container userspace 575.57.08")
     assert "container: 575.57.08 from /usr/lib/x86_64-linux-gnu/libcuda.so.575.57.08" in findings["LXF212"].evidence
-    assert "--no-kernel-module" in findings["LXF212"].fix
+    assert "--no-kernel-module" in findings["LXF212"].fix.title
     assert "do not match the host driver" in findings["LXF211"].message
 
 

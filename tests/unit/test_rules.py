@@ -93,7 +93,7 @@ def test_uvm_missing_on_host_says_nvidia_modprobe():
     facts = make_facts("Character devices:\n195 nvidia\n")
     (f,) = [f for f in findings(GPU.replace("lxc.cgroup2.devices.allow: c 508:* rwm\n", ""), facts=facts)
             if f.device == "/dev/nvidia-uvm"]
-    assert f.code == "LXF112" and "nvidia-modprobe -u -c=0" in f.fix
+    assert f.code == "LXF112" and "nvidia-modprobe -u -c=0" in f.fix.title
 
 
 def test_lock_is_lxf120_info():
