@@ -121,15 +121,16 @@ def in_process_apply(name: str) -> dict:
     """One apply through the library (what the CLI's apply does after parsing
     args), with its steps timed. Returns step -> seconds, plus counts."""
     from lxcfix import apply as A
-    from lxcfix import gather, repair
+    from lxcfix import gather, observe, repair
+    from lxcfix import transaction as T
 
     st = Steps()
     st.wrap(gather, "host_facts", "host facts (walk /dev, lxc-start --version)")
-    st.wrap(A.Applier, "preflight", "preflight (re-plan the new file)")
-    st.wrap(A.Backups, "save", "backup (write + fsync)")
-    st.wrap(A, "write_atomic", "atomic write (temp, fsync, re-parse, rename)")
-    st.wrap(A.Journal, "record", "journal (fsync per event)")
-    st.wrap(A.Applier, "_restart", "restart (status, stop -k, start, wait)")
+    st.wrap(A.Preflight, "do", "preflight (lock:, sections byte-identical)")
+    st.wrap(T.Backups, "save", "backup (write + fsync + read back)")
+    st.wrap(T, "write_atomic", "atomic write (temp, fsync, re-parse, rename)")
+    st.wrap(T.Journal, "record", "journal (fsync per event)")
+    st.wrap(T.Restart, "do", "restart (status, stop -k, start, wait)")
     orig_verifier = repair.verifier
 
     def verifier(*a, **kw):
@@ -140,7 +141,7 @@ def in_process_apply(name: str) -> dict:
             try:
                 return fn()
             finally:
-                st.times.setdefault("verify (probe inside + re-plan, until clean)", []).append(
+                st.times.setdefault("verify (probe inside, running program vs planned config, until clean)", []).append(
                     time.perf_counter() - t)
 
         return verify
@@ -154,7 +155,7 @@ def in_process_apply(name: str) -> dict:
         t2 = time.perf_counter()
         if c.plan.is_empty:
             raise RuntimeError("in-process apply: nothing to apply (reset failed?)")
-        st.wrap(repair, "scan", "verify scans")  # after one(): from here on only verify scans
+        st.wrap(observe, "observe", "verify probes")  # after one(): from here on only verify probes
         result = repair.apply_plan(target, c, rep.facts, "auto", restart=True)
         t3 = time.perf_counter()
     finally:
@@ -164,14 +165,14 @@ def in_process_apply(name: str) -> dict:
         raise RuntimeError(f"in-process apply ended at {result.step_reached}")
     out = {"open target": t1 - t0,
            "plan: one() (facts + read + rules + plan)": t2 - t1}
-    for k in ("host facts (walk /dev, lxc-start --version)", "preflight (re-plan the new file)",
-              "backup (write + fsync)", "atomic write (temp, fsync, re-parse, rename)",
+    for k in ("host facts (walk /dev, lxc-start --version)", "preflight (lock:, sections byte-identical)",
+              "backup (write + fsync + read back)", "atomic write (temp, fsync, re-parse, rename)",
               "journal (fsync per event)", "restart (status, stop -k, start, wait)",
-              "verify (probe inside + re-plan, until clean)"):
+              "verify (probe inside, running program vs planned config, until clean)"):
         out[k] = st.total(k)
     out["apply_plan total"] = t3 - t2
     out["total (open + plan + apply_plan)"] = t3 - t0
-    out["_verify_scans"] = st.count("verify scans")
+    out["_verify_scans"] = st.count("verify probes")
     out["_journal_events"] = st.count("journal (fsync per event)")
     return out
 
@@ -186,7 +187,7 @@ def main() -> int:
         return code
 
     from tests.real import harness
-    from lxcfix.apply import wait_until
+    from lxcfix.transaction import wait_until
     from lxcfix.backends import Lxc
     from lxcfix.transport import Local
 
@@ -299,7 +300,7 @@ def main() -> int:
             indent = "       " if k not in ("apply_plan total", "total (open + plan + apply_plan)",
                                           "plan: one() (facts + read + rules + plan)", "open target") else "     "
             print(f"{indent}{k:<48} {v:7.3f} s")
-        print(f"       (verify scans per apply: {sorted({r['_verify_scans'] for r in inproc})}; "
+        print(f"       (verify probes per apply: {sorted({r['_verify_scans'] for r in inproc})}; "
               f"journal events: {sorted({r['_journal_events'] for r in inproc})})")
         in_total = C.med([r["total (open + plan + apply_plan)"] for r in inproc])
         restart = C.med([r["restart (status, stop -k, start, wait)"] for r in inproc])

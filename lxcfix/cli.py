@@ -18,9 +18,6 @@ import time
 from typing import List, Optional
 
 import typer
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from . import __version__, report, repair
 from .errors import BadInput, ExitCode, LxcfixError
@@ -35,8 +32,35 @@ app = typer.Typer(
     help="Find, prove and safely repair broken device passthrough in Proxmox VE and LXC containers.",
 )
 
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+class _Console:
+    """A rich Console made on first use: JSON and prometheus output never load rich."""
+
+    def __init__(self, **options):
+        self._options = options
+        self._console = None
+
+    def __getattr__(self, name):
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(highlight=False, soft_wrap=True, **self._options)
+        return getattr(self._console, name)
+
+
+out = _Console()
+err = _Console(stderr=True)
+
+
+def Text(*args, **kw):  # noqa: N802  (rich's Text, loaded on first use)
+    from rich.text import Text as RichText
+
+    return RichText(*args, **kw)
+
+
+def Table(*args, **kw):  # noqa: N802
+    from rich.table import Table as RichTable
+
+    return RichTable(*args, **kw)
 
 
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan", "ok": "green"}

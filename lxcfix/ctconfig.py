@@ -67,11 +67,11 @@ class CtConfig:
     lines: tuple[Line, ...]
     path: str = ""
 
-    @property
+    @functools.cached_property
     def raw(self) -> bytes:
         return b"".join(line.raw for line in self.lines)
 
-    @property
+    @functools.cached_property
     def digest(self) -> str:
         return digest(self.raw)
 
@@ -98,9 +98,13 @@ class CtConfig:
     def values(self, key: str) -> list[str]:
         return [v for k, v in self._items if k == key]
 
+    @functools.cached_property
+    def _last(self) -> dict[str, str]:
+        return dict(self._items)
+
     def get(self, key: str) -> str | None:
-        vals = self.values(key)
-        return vals[-1] if vals else None
+        """The last value of `key` in the main section (what Proxmox reads)."""
+        return self._last.get(key)
 
     def bad_lines(self) -> list[tuple[int, str]]:
         """(1-based line number, text) of main-section lines that do not parse."""

@@ -157,6 +157,7 @@ CATALOG: tuple[Profile, ...] = (
 )
 
 PROFILES: Mapping[str, Profile] = {p.name: p for p in CATALOG}
+CATALOG_DIRS = frozenset(d for p in CATALOG for d in p.dirs)
 
 
 @dataclass(frozen=True)
@@ -181,15 +182,23 @@ def _catalog_match(path: str) -> tuple[Profile, int] | None:
 
 
 def lookup(path: str, facts: HostFacts) -> CatalogNode | None:
-    hit = _catalog_match(path)
-    if hit is None:
-        return None
-    profile, minor = hit
-    return CatalogNode(path, profile, profile.major(facts), minor)
+    memo = facts.memo.setdefault("lookup", {})  # one host's answers: a fleet asks the same few
+    if path not in memo:
+        hit = _catalog_match(path)
+        memo[path] = None if hit is None else CatalogNode(path, hit[0], hit[0].major(facts), hit[1])
+    return memo[path]
 
 
 def profile_for_major(major: int, facts: HostFacts, minor: int | None = None) -> Profile | None:
     """Which catalog profile a char major (and minor, on a shared major) belongs to here."""
+    memo = facts.memo.setdefault("profile_for_major", {})
+    key = (major, minor if major in SHARED_MAJORS else None)
+    if key not in memo:
+        memo[key] = _profile_for_major(major, facts, minor)
+    return memo[key]
+
+
+def _profile_for_major(major: int, facts: HostFacts, minor: int | None) -> Profile | None:
     for profile in CATALOG:
         if profile.major(facts) != major:
             continue

@@ -131,13 +131,31 @@ def _expand(
         if key != "lxc.include" or depth > 8:
             out.append((key, value, origin))
             continue
-        files = load(value)
-        if files is None:
-            fallback = builtin.get(value) if value in builtin else builtin.get(value.rstrip("/") + "/")
-            files = [(value, fallback)] if fallback else []
-        for name, raw in files:
-            out += _expand(list(_include_items(name, raw)), load, builtin, depth + 1)
+        out += _included(value, load, builtin, depth)
     return out
+
+
+# (loader, builtin table, include target) -> its expanded lines: every container of a
+# host includes the same few files (common.conf and what it includes), so the walk is done once.
+_INCLUDED: dict[tuple[int, int, str, int], tuple[object, tuple[tuple[str, str, str], ...]]] = {}
+
+
+def _included(value: str, load: Loader, builtin: dict[str, bytes], depth: int) -> tuple[tuple[str, str, str], ...]:
+    key = (id(load), id(builtin), value, depth)
+    hit = _INCLUDED.get(key)
+    if hit is not None and hit[0] is load:
+        return hit[1]
+    files = load(value)
+    if files is None:
+        fallback = builtin.get(value) if value in builtin else builtin.get(value.rstrip("/") + "/")
+        files = [(value, fallback)] if fallback else []
+    out: list[tuple[str, str, str]] = []
+    for name, raw in files:
+        out += _expand(list(_include_items(name, raw)), load, builtin, depth + 1)
+    if len(_INCLUDED) > 256:
+        _INCLUDED.clear()
+    _INCLUDED[key] = (load, tuple(out))  # the loader is kept, so its id cannot be reused meanwhile
+    return _INCLUDED[key][1]
 
 
 @functools.lru_cache(maxsize=512)
@@ -149,11 +167,11 @@ def _include_items(name: str, raw: bytes) -> tuple[tuple[str, str, str], ...]:
     return tuple((ln.key, ln.value, f"{base}:{i + 1}") for i, ln in enumerate(sub.lines) if ln.key is not None)
 
 
-def _pve_generated(cfg: CtConfig, facts: HostFacts, load: Loader) -> tuple[list, bool]:
+def _pve_generated(cfg: CtConfig, facts: HostFacts, load: Loader, devn: tuple[DevN, ...]) -> tuple[list, bool]:
     """The lines `pct start` writes before the raw lxc.* ones (pve-container's
     update_lxc_config), and whether the container is unprivileged."""
     cfgdir = lxcdefaults.LXC_CONFIG_DIR
-    unprivileged = cfg.get("unprivileged") == "1" or any(k == "lxc.idmap" for k, _ in cfg.items())
+    unprivileged = cfg.get("unprivileged") == "1" or cfg.get("lxc.idmap") is not None
     ostype = cfg.get("ostype") or ""
     items: list[tuple[str, str, str]] = []
     common = f"{cfgdir}/{ostype}.common.conf"
@@ -164,24 +182,45 @@ def _pve_generated(cfg: CtConfig, facts: HostFacts, load: Loader) -> tuple[list,
     features = cfg.get("features") or ""
     if "fuse=1" in features.split(","):
         items.append((MOUNT_KEY, "/dev/fuse dev/fuse none bind,create=file 0 0", "pct:features"))
-    for i, line in cfg.main():
-        if line.key and is_devn_key(line.key):
-            dev = parse_devn(line.key, line.value, i)
-            node = devices.resolve(dev.path, facts) if dev else None
-            if node is not None:
-                access = "r" if dev.options.get("deny-write") == "1" else "rw"
-                items.append(("lxc.cgroup2.devices.allow", f"{node.kind} {node.major}:{node.minor} {access}", f"pct:{line.key}"))
+    for dev in devn:
+        node = devices.resolve(dev.path, facts)
+        if node is not None:
+            access = "r" if dev.options.get("deny-write") == "1" else "rw"
+            items.append(("lxc.cgroup2.devices.allow", f"{node.kind} {node.major}:{node.minor} {access}", f"pct:{dev.key}"))
     if cfg.get("console") == "0":
         items.append(("lxc.cgroup2.devices.deny", "c 5:1 rwm", "pct:console"))
     return items, unprivileged
 
 
+_RULE_KEYS = frozenset(V2_KEYS) | frozenset(V1_KEYS)
+
+
 def effective(cfg: CtConfig, facts: HostFacts, load: Loader) -> Effective:
     name = posixpath.basename(cfg.path) or "config"
-    own = [(ln.key, ln.value, f"{name}:{i + 1}") for i, ln in cfg.main() if ln.key is not None]
+    pve = cfg.flavor == "pve"
+    own: list[tuple[str, str, str]] = []
+    line_of: dict[str, int] = {}
+    devn: list[DevN] = []
+    own_rules: list[OwnRule] = []
+    for i, ln in cfg.main():  # one pass over the container's own lines
+        key = ln.key
+        if key is None:
+            continue
+        origin = f"{name}:{i + 1}"
+        own.append((key, ln.value, origin))
+        line_of[origin] = i
+        if key in _RULE_KEYS:
+            try:
+                rule = devices.parse_rule(ln.value, allow=key.endswith("allow")) if ln.value.strip() else None
+            except devices.RuleError:
+                rule = None
+            own_rules.append(OwnRule(i, key, ln.value, rule))
+        elif pve and key.startswith("dev") and is_devn_key(key):
+            if (d := parse_devn(key, ln.value, i)) is not None:
+                devn.append(d)
     unprivileged = False
-    if cfg.flavor == "pve":
-        generated, unprivileged = _pve_generated(cfg, facts, load)
+    if pve:
+        generated, unprivileged = _pve_generated(cfg, facts, load, tuple(devn))
         raw = [item for item in own if item[0].startswith("lxc.")]
         items = _expand(generated, load, lxcdefaults.PVE_BUILTIN) + _expand(raw, load, lxcdefaults.PVE_BUILTIN)
     else:
@@ -193,35 +232,22 @@ def effective(cfg: CtConfig, facts: HostFacts, load: Loader) -> Effective:
         return (node.kind, node.major, node.minor) if node else None
 
     rule_lines = [(k.rsplit(".", 1)[1], v, o) for k, v, o in items if k in V2_KEYS]
-    shared = next((i for i, (_, _, o) in enumerate(rule_lines) if o.startswith(f"{name}:")), len(rule_lines))
+    mine = f"{name}:"
+    shared = next((i for i, (_, _, o) in enumerate(rule_lines) if o.startswith(mine)), len(rule_lines))
     ruleset = RuleSet.replay(rule_lines, resolve_path, shared=shared)
-
-    line_of = {f"{name}:{i + 1}": i for i, ln in cfg.main()}
     mounts = tuple(
         m for k, v, o in items if k == MOUNT_KEY
         if (m := parse_mount(v, line_of.get(o), o)) is not None
     )
-    devn = tuple(
-        d for i, ln in cfg.main()
-        if ln.key and cfg.flavor == "pve" and is_devn_key(ln.key)
-        if (d := parse_devn(ln.key, ln.value, i)) is not None
-    )
-    own_rules = []
-    for i, ln in cfg.main():
-        if ln.key in V2_KEYS or ln.key in V1_KEYS:
-            try:
-                rule = devices.parse_rule(ln.value, allow=ln.key.endswith("allow")) if ln.value.strip() else None
-            except devices.RuleError:
-                rule = None
-            own_rules.append(OwnRule(i, ln.key, ln.value, rule))
+    devn_t = tuple(devn)
     return Effective(
         ruleset=ruleset,
         mounts=mounts,
-        devn=devn,
+        devn=devn_t,
         own_rules=tuple(own_rules),
-        given=tuple(_given(mounts, devn, facts)),
+        given=tuple(_given(mounts, devn_t, facts)),
         unprivileged=unprivileged,
-        lock=cfg.get("lock") if cfg.flavor == "pve" else None,
+        lock=cfg.get("lock") if pve else None,
     )
 
 
@@ -243,7 +269,7 @@ def _given(mounts, devn, facts: HostFacts) -> list[Given]:
         if not m.source.startswith("/dev/") and node is None:
             continue  # a file or directory, not a device node
         catalog = devices.lookup(m.source, facts)
-        is_dir = "create=dir" in m.options or any(m.source == d for p in devices.CATALOG for d in p.dirs)
+        is_dir = "create=dir" in m.options or m.source in devices.CATALOG_DIRS
         if is_dir and node is None:
             for sub in devices.nodes_under(m.source, facts):
                 rel = sub.path[len(m.source.rstrip("/")):]

@@ -33,16 +33,11 @@ class LiveOps:
         return not (self.allow or self.deny or self.create)
 
 
-def rule_text(rule) -> str:
-    """`c 511:* rwm`: what lxc-cgroup takes (path rules are already resolved)."""
-    major = "*" if rule.major is None else str(rule.major)
-    minor = "*" if rule.minor is None else str(rule.minor)
-    return f"{rule.kind} {major}:{minor} {rule.access}"
-
-
 def _compiled(ctx: Context) -> dict[tuple, str]:
     rs = ctx.effective.ruleset
-    return {(r.rule.kind, r.rule.major, r.rule.minor, r.rule.access, r.rule.allow): rule_text(r.rule)
+    # `c 511:* rwm`, as lxc-cgroup takes it (a compiled rule's path is resolved already)
+    return {(r.rule.kind, r.rule.major, r.rule.minor, r.rule.access, r.rule.allow): r.rule.text(listing=True)
+            .removeprefix("deny ")
             for r in rs.rules} if rs.has_program else {}
 
 

@@ -17,9 +17,10 @@ The shapes, by example:
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping
+from typing import Any, Literal, Mapping, NamedTuple
 
 Severity = Literal["error", "warning", "info"]
 Backend = Literal["pve", "lxc"]
@@ -138,6 +139,22 @@ class HostFacts:
         majors = self.char_majors.get(name)
         return majors[0] if majors else None
 
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state.pop("memo", None)  # derived, and it holds catalog entries that do not pickle
+        return state
+
+    @functools.cached_property
+    def memo(self) -> dict:
+        """What the pure layers derive from these facts once per host (catalog
+        lookups, majors by profile): a fleet's containers ask the same few questions."""
+        return {}
+
+    @functools.cached_property
+    def known_majors(self) -> frozenset[int]:
+        """Every char major some driver holds now."""
+        return frozenset(m for ms in self.char_majors.values() for m in ms)
+
     def char_names(self, major: int) -> tuple[str, ...]:
         return tuple(n for n, ms in self.char_majors.items() if major in ms)
 
@@ -173,8 +190,7 @@ class ProbeResult:
 Applicability = Literal["safe", "needs-restart", "manual"]
 
 
-@dataclass(frozen=True)
-class Edit:
+class Edit(NamedTuple):
     """One change to the main section of a container config: the fix as data.
 
     index: a 0-based line of the config the fix was computed on; lines: (key, value) pairs.
@@ -187,6 +203,8 @@ class Edit:
             after the last line of that key or of a key in `near` (resolved when applied, so
             several adds of a kind stay together), else after the last non-blank line;
             a devN key goes after the last devN line, else after the last Proxmox key.
+
+    (A NamedTuple: a fleet's reports carry tens of thousands of them across processes.)
     """
 
     op: Literal["replace", "remove", "add"]
@@ -203,8 +221,7 @@ class Edit:
         return out
 
 
-@dataclass(frozen=True)
-class Fix:
+class Fix(NamedTuple):
     """What repairs a finding, as data (ruff's Fix). `plan` applies the edits of
     every fix whose applicability is not "manual"; `audit`, the hook and `--json`
     show the same fixes.
@@ -283,7 +300,6 @@ class Plan:
     style: str = "numeric"
     style_reason: str = ""
     notes: tuple[str, ...] = ()
-    fixes: tuple[Fix, ...] = ()  # the fixes whose edits make `after`
     lock: str | None = None  # the config's `lock:`; apply refuses while it is set
 
     @property

@@ -40,8 +40,7 @@ def run_probe(enter: Transport, ct: str, paths: list[str]) -> ProbeResult:
     except Unreachable as e:
         raise ProbeFailed(f"{enter.name}: {e}") from None
     if not result.ok and "end" not in result.stdout:
-        raise ProbeFailed(f"probe in CT {ct} failed (exit {result.rc}): "
-                          f"{(result.stderr or result.stdout).strip().splitlines()[-1:] or ['no output']}")
+        raise ProbeFailed(f"probe in CT {ct} failed (exit {result.rc}): {result.tail()}")
     return probe_mod.parse(result.stdout)
 
 

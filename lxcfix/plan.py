@@ -4,7 +4,6 @@
     plan.style, plan.style_reason == ("devn", "Proxmox VE 8.3.0 supports devN entries (8.1+): ...")
     print(plan.diff())        # unified diff; "" when there is nothing to do
     plan.after                # the whole new file, always computed
-    plan.fixes                # the fixes whose edits made it
 
 Every finding carries its fix as data (model.Fix). The plan applies the fixes
 the rules mark as the plan's to make (applicability safe or needs-restart),
@@ -24,11 +23,14 @@ from __future__ import annotations
 
 from . import ctconfig
 from .model import Finding, Fix, Plan
-from .rules import Context, run_rules
+from .rules import Context, allowlist, hygiene, run_rules
 from .styles import STYLES, choose_style, pve_has_devn  # noqa: F401  (the planner's vocabulary)
 
 ALLOW = "lxc.cgroup2.devices.allow"
 MAX_ROUNDS = 4  # phase 0, phase 1, and room for a fix that uncovers another
+# The rule families whose fixes the plan applies: the only ones a re-check needs
+# (what the probe saw, the lock, the live program: none of them the plan's to fix).
+FIXING = (allowlist, hygiene)
 
 
 class PlanUnstable(RuntimeError):
@@ -62,13 +64,13 @@ def make_plan_in(ctx: Context, requested: str = "auto") -> tuple[Plan, Context]:
         batch = [f for f in todo if f.phase == phase]
         now = now.with_config(ctconfig.apply_edits(now.config, [e for f in batch for e in f.edits]))
         applied += batch
-        now_found = run_rules(now)
+        now_found = run_rules(now, FIXING)
     else:
         raise PlanUnstable(f"CT {ctx.ct}: planning the planned config still changes it "
                            f"({len(applicable(now, now_found))} fixes left after {MAX_ROUNDS} rounds)")
     plan = Plan(ct=ctx.ct, path=original.path, digest=original.digest, before=original.raw,
                 after=now.config.raw, findings=tuple(findings), style=style, style_reason=reason,
-                fixes=tuple(applied), lock=ctx.effective.lock)
+                lock=ctx.effective.lock)
     return plan, now
 
 

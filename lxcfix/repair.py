@@ -12,18 +12,20 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, replace
 
-from . import liveplan
-from .apply import Applier, Host, state_dir
+from typing import TYPE_CHECKING
+
 from .backends import Lxc, Proxmox, detect
 from .errors import BadInput
-from .liveplan import LiveOps
 from .model import ApplyResult, CtReport, Finding, HostFacts, HostReport
-from .observe import ProbeFailed, observe
 from .rules import run_rules
 from .scan import scan_host
 from .styles import STYLES
-from .transaction import Transaction, read_file, wait_until
 from .transport import Local, RootDir, Transport
+
+if TYPE_CHECKING:  # what only a change needs is imported by the functions that make one
+    from .apply import Applier
+    from .liveplan import LiveOps
+    from .transaction import Transaction
 
 # Findings that mean the device the plan was for is still not usable.
 VERIFY_CODES = frozenset({"LXF100", "LXF101", "LXF110", "LXF121", "LXF200", "LXF202", "LXF203", "LXF301"})
@@ -99,6 +101,9 @@ def verifier(target: Target, c: CtReport, extra=None):
     plan: the planner already checked that planning its result finds nothing).
     Devices missing on the host (LXF112) cannot be fixed by a config change and
     do not fail the verify. extra(): more problems (the live path's init PID)."""
+    from .observe import ProbeFailed, observe
+    from .transaction import read_file, wait_until
+
     planned = c.planned
     absent = {f.device for f in c.findings if f.code == "LXF112"}
     path = target.local_path(c.plan.path)
@@ -138,7 +143,9 @@ def verifier(target: Target, c: CtReport, extra=None):
     return verify
 
 
-def applier(target: Target, ct: str) -> Applier:
+def applier(target: Target, ct: str) -> "Applier":
+    from .apply import Applier, Host, state_dir
+
     return Applier(
         Host(target.local_path, target.transport, target.backend if target.live else None),
         ct, state_dir(target.root), target.backend.flavor,
@@ -146,13 +153,15 @@ def applier(target: Target, ct: str) -> Applier:
     )
 
 
-def live_ops(target: Target, c: CtReport, facts: HostFacts | None = None) -> LiveOps:
+def live_ops(target: Target, c: CtReport, facts: HostFacts | None = None) -> "LiveOps":
     """The live operations equal to this plan's config change (liveplan.live_ops)."""
+    from . import liveplan
+
     return liveplan.live_ops(c.context, c.planned)
 
 
 def apply_transaction(target: Target, c: CtReport, facts: HostFacts | None = None, *, restart: bool = True,
-                      live: bool = False, ops: LiveOps | None = None) -> Transaction:
+                      live: bool = False, ops: "LiveOps | None" = None) -> "Transaction":
     """The one transaction `apply` runs and `apply --dry-run` prints."""
     if live:
         if not target.live:
@@ -177,7 +186,7 @@ def apply_transaction(target: Target, c: CtReport, facts: HostFacts | None = Non
 
 
 def apply_plan(target: Target, c: CtReport, facts: HostFacts | None = None, style: str = "auto",
-               restart: bool = True, live: bool = False, ops: LiveOps | None = None) -> ApplyResult:
+               restart: bool = True, live: bool = False, ops: "LiveOps | None" = None) -> ApplyResult:
     """Back up, write atomically, restart if it ran (or, live, change the running
     container in place), verify; roll back on failure."""
     if c.plan.is_empty:

@@ -9,8 +9,6 @@ an unreachable host a finding for the host; nothing here raises for them.
 
 from __future__ import annotations
 
-import concurrent.futures
-import multiprocessing
 import os
 import time
 from dataclasses import dataclass, replace
@@ -19,9 +17,7 @@ from typing import Callable
 from . import gather
 from .backends import Lxc, Proxmox
 from .errors import LxcfixError
-from .liveplan import live_ops
 from .model import CtReport, Finding, HostFacts, HostReport, Plan  # noqa: F401  (CtReport, HostReport: re-exported)
-from .observe import ProbeFailed, observe
 from .plan import make_plan_in
 from .rules import Context, run_rules
 from .transport import Transport
@@ -54,6 +50,8 @@ def analyze_container(facts: HostFacts, loaded: gather.Loaded, loader, style: st
     status = None
     extra: list[Finding] = []
     if enter is not None:
+        from .observe import ProbeFailed, observe  # only a live host is looked inside
+
         status = enter.backend.status(enter.transport, loaded.ct)
         if status == "running":
             try:
@@ -87,6 +85,8 @@ LIVE_FIXABLE = frozenset({"LXF100", "LXF101", "LXF102", "LXF110", "LXF200", "LXF
 
 
 def mark_live_fixable(ctx: Context, planned: Context, findings) -> tuple[Finding, ...]:
+    from .liveplan import live_ops
+
     ops = live_ops(ctx, planned)
     ok = ops.refuse is None
     return tuple(replace(f, live_fixable=ok) if f.code in LIVE_FIXABLE else f for f in findings)
@@ -146,6 +146,9 @@ def _analyze_chunk(args) -> list[CtReport]:
 def _analyze_in_processes(facts, targets, transport, backend, style, workers) -> list[CtReport]:
     """Reading and analysing configs offline is CPU work: spread it over the
     cores (fork, so workers start with everything imported). Order is kept."""
+    import concurrent.futures
+    import multiprocessing
+
     size = -(-len(targets) // workers)
     chunks = [targets[i:i + size] for i in range(0, len(targets), size)]
     ctx = multiprocessing.get_context("fork")

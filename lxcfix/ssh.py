@@ -1,39 +1,63 @@
 """The SSH transport: one connection per host, commands multiplexed over its channels.
 
-    t = Ssh("pve1", hostname="10.0.0.11", user="root", key_files=["~/.ssh/id_ed25519"])
+    opts = SshOptions(known_hosts="/root/.ssh/lxcfix_known_hosts", accept_new=False).check()
+    t = Ssh("pve1", hostname="10.0.0.11", user="root", key_files=["~/.ssh/id_ed25519"], options=opts)
     t.connect()                        # raises an SshError subclass with a one-line reason
     t.run(["cat", "/proc/devices"])    -> Result(0, "Character devices:\\n...", "")
-    t.read("/etc/pve/lxc/200.conf")    -> b"arch: amd64\\n..."   (SFTP; `cat --` when there is none)
+    t.run(["yes"])                     -> Result(125, "y\\ny\\n...(1 MiB)", "yes: output exceeded 1048576 bytes on stdout; stopped")
+    t.read("/etc/pve/lxc/200.conf")    -> b"arch: amd64\\n..."   (SFTP; `head -c` when there is none)
+    t.read("/run/a-fifo")              -> OSError(EINVAL, "not a regular file")
     t.listdir("/etc/pve/lxc")          -> ["200.conf", "201.conf"]
     t.close()
+
+SshOptions is the per-run policy (the command line's flags), one frozen value shared by every
+Ssh of a run; what differs per host (address, port, user, key, an inventory's extra
+known_hosts file) are Ssh's own arguments. SshOptions.check() raises BadInput for input
+that cannot work (a missing or unparsable --ssh-config, a known_hosts that is a directory,
+a zero timeout) before any host is contacted.
 
 argv is joined with shlex.join here and nowhere else. One paramiko Transport
 per host; each run() opens a session channel on it, so threads may share one
 Ssh (at most `max_sessions` channels at once, under sshd's MaxSessions of 10).
-A failed command is a Result; a connection that cannot be made or is lost is
-an SshError (an lxcfix.errors.Unreachable), never an OSError, so callers that
-treat OSError as "file missing" cannot mistake a dead host for an empty one.
+A failed command is a Result; a connection that cannot be made or is lost, or a
+server that stops answering, is an SshError (an lxcfix.errors.Unreachable), never
+an OSError, so callers that treat OSError as "file missing" cannot mistake a dead
+host for an empty one.
+
+The remote side is hostile: run() reads at most max_output bytes of stdout and of
+stderr (past that the channel is closed: rc 125), and gives up at its timeout (rc 124);
+a command's output is complete only once the channel's EOF came, since sshd may send
+the exit status before the last of the output. Every SFTP operation has a deadline
+(op_timeout; OperationTimedOut after it, and that host's SFTP is not used again), and
+read() refuses what is not a regular file (a FIFO would block the server) and
+anything over max_read bytes.
 
 Host keys are checked strictly against known_hosts (system + user files, or
-one explicit file): an unknown key raises HostKeyUnknown, a changed one
-HostKeyChanged. accept_new=True is OpenSSH's StrictHostKeyChecking=accept-new:
-an unknown key is appended to the (user or explicit) known_hosts file and
-trusted; a changed key is still refused. ~/.ssh/config (or an explicit file)
-supplies HostName, Port, User, IdentityFile, IdentitiesOnly, ProxyCommand,
+one explicit file, plus any extra files a host's inventory entry names): an
+unknown key raises HostKeyUnknown, a changed one HostKeyChanged.
+accept_new=True is OpenSSH's StrictHostKeyChecking=accept-new: an unknown key is
+trusted for this connection and appended, once authentication has succeeded, to
+the explicit known_hosts file, else the user's (UserKnownHostsFile, ~/.ssh/known_hosts);
+never to an inventory's file; a changed key is still refused. ~/.ssh/config (or an
+explicit file) supplies HostName, Port, User, IdentityFile, IdentitiesOnly, ProxyCommand,
 ProxyJump, HostKeyAlias, UserKnownHostsFile, GlobalKnownHostsFile,
 StrictHostKeyChecking (accept-new and no both mean accept-new here),
 ConnectTimeout and ServerAliveInterval. The SSH agent is used when
 SSH_AUTH_SOCK is set. Transient connect errors (refused, timed out, reset,
-no banner) are retried with backoff, `tries` times in all; authentication and
-host-key failures never are.
+closed during the handshake) are retried with backoff, `tries` times in all;
+authentication and host-key failures, and a listener that never sends an SSH
+banner, never are.
 """
 
 from __future__ import annotations
 
 import base64
+import errno
+import fnmatch
 import getpass
 import hashlib
 import os
+import re
 import select
 import shlex
 import socket
@@ -42,9 +66,8 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import fabric
 import paramiko
@@ -56,6 +79,7 @@ from .model import Result
 DEFAULT_SSH_CONFIG = "~/.ssh/config"
 SYSTEM_KNOWN_HOSTS = ("/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2")
 USER_KNOWN_HOSTS = ("~/.ssh/known_hosts", "~/.ssh/known_hosts2")
+MiB = 1 << 20
 
 
 # ----------------------------------------------------------------- errors
@@ -89,28 +113,156 @@ class ConnectionLost(SshError):
     pass
 
 
+class OperationTimedOut(SshError):
+    """The host is connected but stopped answering (an SFTP reply, a channel request)."""
+
+
 class _Transient(Exception):
-    """A connect error worth another try (refused, timeout, reset, no banner)."""
+    """A connect error worth another try (refused, timeout, reset, closed during the handshake)."""
 
     def __init__(self, reason: str):
         super().__init__(reason)
         self.reason = reason
 
 
-# ----------------------------------------------------------------- connection counting
-
-_COUNT_LOCK = threading.Lock()
-CONNECTIONS: Counter = Counter()  # Ssh name -> SSH connections made (authenticated) in this process
+# ----------------------------------------------------------------- options
 
 
-def connection_counts() -> dict[str, int]:
-    with _COUNT_LOCK:
-        return dict(CONNECTIONS)
+@dataclass(frozen=True)
+class SshOptions:
+    """The per-run SSH policy: what the command line decides for every host it reaches.
+
+    known_hosts      the one known_hosts file to check, and where accept-new writes
+                     (None: the system and user files; accept-new writes the user's)
+    accept_new       trust unknown host keys (never changed ones); written after login only
+    ssh_config       ssh_config(5) file; the default is skipped when absent, another is not
+    connect_timeout  TCP connect, SSH banner, key exchange and authentication, each (s)
+    op_timeout       each SFTP operation, and each channel request's reply (s)
+    tries            connection attempts for transient errors
+    max_sessions     channels one host runs at once (capped at 9: sshd's MaxSessions is 10)
+    allow_agent      use SSH_AUTH_SOCK's agent
+    look_for_keys    try ~/.ssh/id_* too
+    max_output       bytes of stdout, and of stderr, one command may return
+    max_read         bytes one read() may return
+    """
+
+    known_hosts: str | None = None
+    accept_new: bool = False
+    ssh_config: str | None = DEFAULT_SSH_CONFIG
+    connect_timeout: float = 10.0
+    op_timeout: float = 60.0
+    tries: int = 3
+    max_sessions: int = 8
+    allow_agent: bool = True
+    look_for_keys: bool = True
+    max_output: int = 1 * MiB
+    max_read: int = 8 * MiB
+
+    def check(self) -> SshOptions:
+        """self, or BadInput for what cannot work; reads the ssh config (no host is contacted)."""
+        for name in ("connect_timeout", "op_timeout"):
+            if not getattr(self, name) > 0:
+                raise BadInput(f"SSH {name.replace('_', ' ')} must be more than 0 seconds, "
+                               f"got {getattr(self, name)!r}")
+        for name in ("tries", "max_sessions", "max_output", "max_read"):
+            if getattr(self, name) < 1:
+                raise BadInput(f"SSH {name.replace('_', ' ')} must be at least 1, got {getattr(self, name)!r}")
+        if self.known_hosts is not None:
+            path = os.path.expanduser(self.known_hosts)
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:
+                st = None
+            except OSError as e:
+                raise BadInput(f"known_hosts {self.known_hosts}: {e.strerror or e}") from None
+            if st is not None and not stat.S_ISREG(st.st_mode) and path != os.devnull:
+                raise BadInput(f"known_hosts {self.known_hosts}: not a regular file")
+            if st is not None and not os.access(path, os.R_OK):
+                raise BadInput(f"known_hosts {self.known_hosts}: cannot be read")
+        load_ssh_config(self.ssh_config)
+        return self
 
 
-def reset_connection_counts() -> None:
-    with _COUNT_LOCK:
-        CONNECTIONS.clear()
+# ----------------------------------------------------------------- ssh_config
+
+# ssh_config(5) keywords of OpenSSH 9.x (with Debian's GSSAPI ones), lower case. paramiko
+# accepts any word as a keyword; OpenSSH refuses a config with an unknown one, and so do we,
+# so that a garbage file is the admin's error (exit 2), not every host "unreachable".
+SSH_CONFIG_KEYWORDS = frozenset("""
+host match include addkeystoagent addressfamily batchmode bindaddress bindinterface
+canonicaldomains canonicalizefallbacklocal canonicalizehostname canonicalizemaxdots
+canonicalizepermittedcnames casignaturealgorithms certificatefile channeltimeout
+challengeresponseauthentication checkhostip cipher ciphers clearallforwardings compression
+compressionlevel connectionattempts connecttimeout controlmaster controlpath controlpersist
+dynamicforward enableescapecommandline enablesshkeysign escapechar exitonforwardfailure
+fingerprinthash forkafterauthentication forwardagent forwardx11 forwardx11timeout
+forwardx11trusted gatewayports globalknownhostsfile globalknownhostsfile2
+gssapiauthentication gssapiclientidentity gssapidelegatecredentials gssapikexalgorithms
+gssapikeyexchange gssapirenewalforcesrekey gssapiserveridentity gssapitrustdns
+hashknownhosts hostbasedacceptedalgorithms hostbasedauthentication hostbasedkeytypes
+hostkeyalgorithms hostkeyalias hostname identitiesonly identityagent identityfile
+identityfile2 ignoreunknown ipqos kbdinteractiveauthentication kbdinteractivedevices
+kexalgorithms knownhostscommand localcommand localforward loglevel logverbose macs
+nohostauthenticationforlocalhost numberofpasswordprompts obscurekeystroketiming
+passwordauthentication permitlocalcommand permitremoteopen pkcs11provider port
+preferredauthentications protocol proxycommand proxyjump proxyusefdpass
+pubkeyacceptedalgorithms pubkeyacceptedkeytypes pubkeyauthentication rekeylimit
+remotecommand remoteforward requesttty requiredrsasize revokedhostkeys
+rhostsrsaauthentication rsaauthentication securitykeyprovider sendenv serveralivecountmax
+serveraliveinterval sessiontype setenv smartcarddevice stdinnull streamlocalbindmask
+streamlocalbindunlink stricthostkeychecking syslogfacility tag tcpkeepalive tunnel
+tunneldevice updatehostkeys useprivilegedport user userknownhostsfile userknownhostsfile2
+useroaming verifyhostkeydns visualhostkey xauthlocation
+""".split())
+_CONFIG_LINE = re.compile(r"(\w+)(?:\s*=\s*|\s+)(.+)")  # paramiko's own line syntax
+_NUMERIC = {"port": (1, 65535), "connecttimeout": (0, None), "serveraliveinterval": (0, None)}
+
+
+def load_ssh_config(path: str | None) -> paramiko.SSHConfig | None:
+    """The parsed ssh config, None for no config (path None, or the default one absent).
+    BadInput ("ssh config PATH:LINE: ...") for a missing explicit file or one OpenSSH would refuse."""
+    if path is None:
+        return None
+    full = os.path.expanduser(path)
+    try:
+        st = os.stat(full)
+        if stat.S_ISFIFO(st.st_mode) or stat.S_ISSOCK(st.st_mode) or stat.S_ISDIR(st.st_mode):
+            raise BadInput(f"ssh config {path}: not a regular file")
+        with open(full, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        if path == DEFAULT_SSH_CONFIG:
+            return None
+        raise BadInput(f"ssh config {path}: no such file") from None
+    except UnicodeDecodeError:
+        raise BadInput(f"ssh config {path}: not a text file (not UTF-8)") from None
+    except OSError as e:
+        raise BadInput(f"ssh config {path}: {e.strerror or e}") from None
+    _validate_config(path, text)
+    try:
+        return paramiko.SSHConfig.from_text(text)
+    except (paramiko.SSHException, ValueError) as e:
+        raise BadInput(f"ssh config {path}: {e}") from None
+
+
+def _validate_config(path: str, text: str) -> None:
+    ignored: list[str] = []
+    for n, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        m = _CONFIG_LINE.match(line)
+        if not m:
+            raise BadInput(f"ssh config {path}:{n}: cannot parse {line[:60]!r} (expected 'Keyword value')")
+        key, value = m.group(1).lower(), m.group(2).strip().strip('"')
+        if key == "ignoreunknown":
+            ignored += [p.lower() for p in value.replace(",", " ").split()]
+        if key not in SSH_CONFIG_KEYWORDS and not any(fnmatch.fnmatchcase(key, p) for p in ignored):
+            raise BadInput(f"ssh config {path}:{n}: unknown keyword {m.group(1)!r}")
+        if key in _NUMERIC and value.lower() != "none":
+            low, high = _NUMERIC[key]
+            if not value.isdigit() or int(value) < low or (high is not None and int(value) > high):
+                raise BadInput(f"ssh config {path}:{n}: {m.group(1)} {value!r} is not a valid number")
 
 
 # ----------------------------------------------------------------- endpoint resolution
@@ -129,31 +281,19 @@ class Endpoint:
     proxy_jump: str | None
     host_key_name: str  # HostKeyAlias or hostname: what known_hosts is searched for
     known_hosts: tuple[str, ...]  # files read
-    known_hosts_write: str | None  # where accept-new appends
+    known_hosts_write: str | None  # where accept-new appends (never an extra file)
     accept_new: bool
     connect_timeout: float
     keepalive: int
 
 
-def _config(path: str | None) -> paramiko.SSHConfig | None:
-    if path is None:
-        return None
-    full = os.path.expanduser(path)
-    if not os.path.exists(full):
-        if path == DEFAULT_SSH_CONFIG:
-            return None
-        raise BadInput(f"ssh config {path}: no such file")
-    try:
-        return paramiko.SSHConfig.from_path(full)
-    except (OSError, paramiko.SSHException, ValueError) as e:
-        raise BadInput(f"ssh config {path}: {e}") from None
-
-
 def resolve(dest: str, *, port: int | None = None, user: str | None = None,
             key_files: Sequence[str] = (), proxy_argv: Sequence[str] | None = None,
             known_hosts: str | None = None, accept_new: bool = False,
-            config: paramiko.SSHConfig | None = None, connect_timeout: float = 10.0) -> Endpoint:
-    """Explicit options (the inventory's) win over ssh_config, as they do for `ssh -p -l -i`."""
+            config: paramiko.SSHConfig | None = None, connect_timeout: float = 10.0,
+            extra_known_hosts: Sequence[str] = ()) -> Endpoint:
+    """Explicit options (the inventory's) win over ssh_config, as they do for `ssh -p -l -i`.
+    known_hosts is the command line's file (read and written); extra_known_hosts are only read."""
     c = config.lookup(dest) if config is not None else {"hostname": dest}
     hostname = c.get("hostname", dest)
     try:
@@ -173,13 +313,14 @@ def resolve(dest: str, *, port: int | None = None, user: str | None = None,
     alias = c.get("hostkeyalias") or hostname
     strict = str(c.get("stricthostkeychecking", "yes")).lower()
     if known_hosts:
-        read = (known_hosts,)
+        read = [known_hosts]
         write = known_hosts
     else:
         users = c.get("userknownhostsfile", " ".join(USER_KNOWN_HOSTS)).split()
         system = c.get("globalknownhostsfile", " ".join(SYSTEM_KNOWN_HOSTS)).split()
-        read = tuple(system + users)
+        read = system + users
         write = users[0] if users else None
+    read += [p for p in extra_known_hosts if p not in read]
     try:
         timeout = float(c.get("connecttimeout", connect_timeout))
         keepalive = int(c.get("serveraliveinterval", 15))
@@ -211,21 +352,31 @@ def known_hosts_name(host: str, port: int) -> str:
 
 class _Policy(paramiko.MissingHostKeyPolicy):
     """Called only for a key known_hosts has no entry for (paramiko raises BadHostKeyException
-    itself for a changed one). Strict: refuse. accept-new: append to known_hosts, trust."""
+    itself for a changed one). Strict: refuse. accept-new: trust it for this connection and
+    remember it; commit() appends it to known_hosts once authentication has succeeded, so a
+    server that cannot even log us in leaves nothing behind."""
 
     def __init__(self, label: str, ep: Endpoint):
         self.label = label
         self.ep = ep
+        self.pending: tuple[str, paramiko.PKey] | None = None
 
     def missing_host_key(self, client, hostname, key):
         if not self.ep.accept_new:
             raise HostKeyUnknown(
                 f"host key for {self.label} is unknown (not in known_hosts); "
                 f"re-run with --accept-new-host-keys to trust it ({key.get_name()} {fingerprint(key)})")
-        path = self.ep.known_hosts_write
-        if path is None:
+        if self.ep.known_hosts_write is None:
             raise HostKeyUnknown(f"host key for {self.label} is unknown and there is no known_hosts file "
                                  "to add it to (UserKnownHostsFile /dev/null)")
+        self.pending = (hostname, key)
+        client.get_host_keys().add(hostname, key.get_name(), key)
+
+    def commit(self) -> None:
+        if self.pending is None:
+            return
+        hostname, key = self.pending
+        path = self.ep.known_hosts_write
         with _KNOWN_HOSTS_LOCK:
             current = paramiko.HostKeys()
             if os.path.exists(path):
@@ -236,11 +387,15 @@ class _Policy(paramiko.MissingHostKeyPolicy):
                                          f"{e.strerror or e}") from None
             entry = current.lookup(hostname)
             if entry is not None and key.get_name() in entry:
-                if entry[key.get_name()] != key:  # another thread's view differs: a changed key
+                if entry[key.get_name()] != key:  # another connection recorded another key meanwhile
                     raise HostKeyChanged(_changed(self.label, hostname, key, path))
             else:
-                _append_known_host(path, hostname, key)
-        client.get_host_keys().add(hostname, key.get_name(), key)
+                try:
+                    _append_known_host(path, hostname, key)
+                except OSError as e:
+                    raise HostKeyUnknown(f"host key for {self.label} is unknown and cannot be added to "
+                                         f"{path}: {e.strerror or e}") from None
+        self.pending = None
 
 
 def _append_known_host(path: str, hostname: str, key: paramiko.PKey) -> None:
@@ -356,33 +511,35 @@ def _parse_jump(spec: str) -> tuple[str | None, str, int | None]:
 
 
 class Ssh:
-    """A host over SSH. Thread-safe; connects on first use (or connect()); close() when done."""
+    """A host over SSH. Thread-safe; connects on first use (or connect()); close() when done.
+
+    hostname/port/user/key_files/proxy_argv come from the inventory and win over ssh_config;
+    known_hosts_extra are known_hosts files this host is also checked against (an inventory's
+    lxcfix_known_hosts), read only: accept-new never writes them."""
 
     def __init__(self, name: str, *, hostname: str | None = None, port: int | None = None,
-                 user: str | None = None, key_files: Sequence[str] = (), known_hosts: str | None = None,
-                 accept_new: bool = False, ssh_config: str | None = DEFAULT_SSH_CONFIG,
-                 proxy_argv: Sequence[str] | None = None, jump: Ssh | None = None,
-                 connect_timeout: float = 10.0, tries: int = 3, max_sessions: int = 8,
-                 allow_agent: bool = True, look_for_keys: bool = True, use_sftp: bool = True,
-                 _depth: int = 0):
+                 user: str | None = None, key_files: Sequence[str] = (), options: SshOptions = SshOptions(),
+                 proxy_argv: Sequence[str] | None = None, jump: Ssh | None = None, use_sftp: bool = True,
+                 known_hosts_extra: Sequence[str] = (), _depth: int = 0):
         self.name = name
         self.dest = hostname or name
-        self._opts = dict(port=port, user=user, key_files=tuple(key_files), known_hosts=known_hosts,
-                          accept_new=accept_new, proxy_argv=proxy_argv, connect_timeout=connect_timeout)
-        self.ssh_config = ssh_config
+        self.port = port
+        self.user = user
+        self.key_files = tuple(key_files)
+        self.proxy_argv = tuple(proxy_argv) if proxy_argv is not None else None
+        self.known_hosts_extra = tuple(known_hosts_extra)
+        self.options = options
         self.jump = jump
-        self.tries = max(1, tries)
-        self.allow_agent = allow_agent
-        self.look_for_keys = look_for_keys
         self.use_sftp = use_sftp
         self._depth = _depth
         # sshd's MaxSessions (default 10) counts the SFTP channel too: at most 9 commands at once
-        self._sessions = threading.BoundedSemaphore(max(1, min(max_sessions, 9)))
+        self._sessions = threading.BoundedSemaphore(max(1, min(options.max_sessions, 9)))
         self._lock = threading.RLock()
         self._sftp_lock = threading.Lock()
         self._client: paramiko.SSHClient | None = None
         self._sftp: paramiko.SFTPClient | None = None
-        self._sftp_failed = False
+        self._sftp_failed = False  # no SFTP subsystem: files go through commands
+        self._sftp_stuck: str | None = None  # SFTP stopped answering once: the reason, raised again
         self._proxy: _ProxyProcess | None = None
         self._own_jumps: list[Ssh] = []
         self.endpoint: Endpoint | None = None
@@ -417,20 +574,24 @@ class Ssh:
             if self._client is not None:
                 return self
             if self.endpoint is None:
-                self.endpoint = resolve(self.dest, config=_config(self.ssh_config), **self._opts)
+                o = self.options
+                self.endpoint = resolve(
+                    self.dest, port=self.port, user=self.user, key_files=self.key_files,
+                    proxy_argv=self.proxy_argv, known_hosts=o.known_hosts, accept_new=o.accept_new,
+                    config=load_ssh_config(o.ssh_config), connect_timeout=o.connect_timeout,
+                    extra_known_hosts=self.known_hosts_extra)
+            tries = max(1, self.options.tries)
             retrying = tenacity.Retrying(
                 retry=tenacity.retry_if_exception_type(_Transient),
-                stop=tenacity.stop_after_attempt(self.tries),
+                stop=tenacity.stop_after_attempt(tries),
                 wait=tenacity.wait_exponential(multiplier=0.25, max=2.0),
                 reraise=True,
             )
             try:
                 self._client = retrying(self._connect_once)
             except _Transient as e:
-                raise ConnectFailed(f"{e.reason} ({self.label}; {self.tries} tries)") from None
+                raise ConnectFailed(f"{e.reason} ({self.label}; {tries} tries)") from None
             self.connections += 1
-            with _COUNT_LOCK:
-                CONNECTIONS[self.name] += 1
             return self
 
     def _sock(self, ep: Endpoint):
@@ -442,13 +603,11 @@ class Ssh:
                 raise ConnectFailed(f"ProxyJump for {self.name} nests more than 8 hops")
             hops = [h for h in ep.proxy_jump.split(",") if h.strip()]
             via = None
+            hop_options = replace(self.options, connect_timeout=ep.connect_timeout)
             for hop in hops:
                 user, host, port = _parse_jump(hop)
-                via = Ssh(host, port=port, user=user, known_hosts=self._opts["known_hosts"],
-                          accept_new=self._opts["accept_new"], ssh_config=self.ssh_config, jump=via,
-                          connect_timeout=ep.connect_timeout, tries=self.tries,
-                          allow_agent=self.allow_agent, look_for_keys=self.look_for_keys,
-                          use_sftp=False, _depth=self._depth + 1)
+                via = Ssh(host, port=port, user=user, options=hop_options, jump=via, use_sftp=False,
+                          known_hosts_extra=self.known_hosts_extra, _depth=self._depth + 1)
                 self._own_jumps.append(via)
             self.jump = via
         if self.jump is not None:
@@ -495,18 +654,20 @@ class Ssh:
                         client.load_system_host_keys(path)
                 except (OSError, paramiko.SSHException) as e:
                     raise ConnectFailed(f"known_hosts {path} cannot be read: {e}") from None
-        client.set_missing_host_key_policy(_Policy(self.label, ep))
+        policy = _Policy(self.label, ep)
+        client.set_missing_host_key_policy(policy)
         sock = None
         try:
             sock = self._sock(ep)
             conn.connect_kwargs.update(
                 key_filename=list(ep.key_files) or None,
-                allow_agent=self.allow_agent and not ep.identities_only,
-                look_for_keys=self.look_for_keys and not ep.identities_only,
+                allow_agent=self.options.allow_agent and not ep.identities_only,
+                look_for_keys=self.options.look_for_keys and not ep.identities_only,
                 sock=sock, banner_timeout=ep.connect_timeout,
                 auth_timeout=ep.connect_timeout, channel_timeout=ep.connect_timeout,
             )
             conn.open()
+            policy.commit()  # logged in: only now may a new host key be recorded
         except SshError:
             self._drop(client, sock)
             raise
@@ -523,18 +684,27 @@ class Ssh:
                              + (f": {e}" if str(e) and "Authentication failed" not in str(e) else "")) from None
         except (paramiko.SSHException, EOFError, OSError) as e:
             proxy_err = self._proxy.error_text() if self._proxy is not None else ""
+            tr = client.get_transport()
+            no_banner = tr is not None and not tr.remote_version
             self._drop(client, sock)
             text = str(e) or type(e).__name__
             if "No authentication methods available" in text or "no acceptable" in text.lower():
                 raise AuthFailed(f"authentication failed for {ep.user}@{self.label}: no usable key "
                                  "(give ansible_ssh_private_key_file or load the agent)") from None
-            if proxy_err or ep.proxy_argv:
-                raise ConnectFailed(f"proxy command for {self.name} failed"
-                                    + (f": {proxy_err}" if proxy_err else f": {text}")) from None
+            if proxy_err:
+                raise ConnectFailed(f"proxy command for {self.name} failed: {proxy_err}") from None
+            closed = _closed_by_peer(e)
+            if no_banner and not closed:
+                # accepted the connection but said nothing for the whole banner timeout
+                # ("No existing session" is paramiko's word for it): not worth another try
+                where = f"proxy command {ep.proxy_argv[0]}" if ep.proxy_argv else f"{ep.hostname}:{ep.port}"
+                raise ConnectFailed(f"no SSH banner from {where} within {ep.connect_timeout:g}s "
+                                    "(not an SSH server, or it is stuck)") from None
+            if ep.proxy_argv:
+                raise ConnectFailed(f"proxy command for {self.name} failed: {text}") from None
             if isinstance(e, (socket.timeout, TimeoutError)) or "timeout" in text.lower():
                 raise _Transient(f"SSH handshake with {ep.hostname}:{ep.port} timed out") from None
-            if isinstance(e, (EOFError, ConnectionResetError, BrokenPipeError)) or "banner" in text.lower() \
-                    or "reset" in text.lower():
+            if closed or "banner" in text.lower():
                 raise _Transient(f"connection closed by {ep.hostname}:{ep.port} during the SSH handshake") from None
             raise ConnectFailed(f"SSH to {self.label} failed: {text}") from None
         t = client.get_transport()
@@ -585,6 +755,9 @@ class Ssh:
     # commands
 
     def run(self, argv: Sequence[str], *, input: str | None = None, timeout: float | None = 60) -> Result:
+        return self._run(argv, input, timeout, self.options.max_output)
+
+    def _run(self, argv: Sequence[str], input: str | None, timeout: float | None, cap: int) -> Result:
         argv = list(argv)
         if not argv:
             raise ValueError("empty argv")
@@ -598,13 +771,16 @@ class Ssh:
             except (paramiko.SSHException, EOFError, OSError) as e:
                 raise ConnectionLost(f"connection to {self.name} lost: {e or type(e).__name__}") from None
             try:
-                return self._exec(chan, t, argv, command, input, timeout)
+                return self._exec(chan, t, argv, command, input, timeout, cap)
             finally:
                 chan.close()
 
-    def _exec(self, chan: paramiko.Channel, t, argv, command: str, input: str | None, timeout) -> Result:
+    def _exec(self, chan: paramiko.Channel, t, argv, command: str, input: str | None, timeout,
+              cap: int) -> Result:
+        deadline = None if timeout is None else time.monotonic() + timeout
         try:
-            chan.exec_command(command)
+            _answered(chan, self.options.op_timeout, lambda: chan.exec_command(command),
+                      f"{self.name} did not start {argv[0]}")
             if input is None:
                 chan.shutdown_write()
             else:  # fed from a thread: a command may write more than a window before it reads it all
@@ -621,20 +797,30 @@ class Ssh:
         except (paramiko.SSHException, EOFError, OSError) as e:
             raise ConnectionLost(f"connection to {self.name} lost while starting {argv[0]}: "
                                  f"{e or type(e).__name__}") from None
+        # Woken by data, EOF or close on either stream. Not select() on chan.fileno(): paramiko's
+        # pipe behind it is closed by chan.close() while the transport thread may still write to
+        # it, and the EBADF that gives kills the whole connection (every channel of the host).
+        woken = threading.Event()
+        chan.in_buffer.set_event(woken)
+        chan.in_stderr_buffer.set_event(woken)
+        woken.set()
         out, err = bytearray(), bytearray()
-        deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            if chan.recv_ready():
-                out += chan.recv(65536)
-                continue
-            if chan.recv_stderr_ready():
-                err += chan.recv_stderr(65536)
-                continue
-            if chan.exit_status_ready():
-                while chan.recv_ready():
-                    out += chan.recv(65536)
-                while chan.recv_stderr_ready():
-                    err += chan.recv_stderr(65536)
+            woken.clear()  # before draining: a feed from now on sets it again
+            for buf, ready, recv, what in ((out, chan.recv_ready, chan.recv, "stdout"),
+                                           (err, chan.recv_stderr_ready, chan.recv_stderr, "stderr")):
+                while ready():
+                    buf += recv(65536)
+                    if len(buf) > cap:
+                        del buf[cap:]
+                        chan.close()
+                        return Result(125, _text(out), _text(err) + _nl(err)
+                                      + f"{argv[0]}: output exceeded {cap} bytes on {what}; stopped")
+            # sshd may send the exit status before the last of the output: done only at EOF
+            # (nothing is sent after it), or when the channel is gone
+            if chan.closed or (chan.eof_received and chan.exit_status_ready()):
+                if chan.recv_ready() or chan.recv_stderr_ready():
+                    continue
                 break
             wait = 1.0
             if deadline is not None:
@@ -645,7 +831,7 @@ class Ssh:
             if chan.eof_received:
                 chan.status_event.wait(wait)  # output closed, process still running
             else:
-                select.select([chan], [], [], wait)
+                woken.wait(wait)
         rc = chan.recv_exit_status()
         if rc == -1:
             if not t.is_active():
@@ -660,25 +846,66 @@ class Ssh:
     def _sftp_client(self) -> paramiko.SFTPClient | None:
         if not self.use_sftp or self._sftp_failed:
             return None
+        if self._sftp_stuck is not None:
+            raise OperationTimedOut(self._sftp_stuck)
         if self._sftp is None:
             t = self._transport()
+            op = self.options.op_timeout
             try:
-                self._sftp = paramiko.SFTPClient.from_transport(t)
+                chan = t.open_session(timeout=self.endpoint.connect_timeout)
+            except paramiko.ChannelException:
+                self._sftp_failed = True  # refused (MaxSessions): fall back to commands
+                return None
+            except (paramiko.SSHException, EOFError, OSError) as e:
+                raise ConnectionLost(f"connection to {self.name} lost: {e or type(e).__name__}") from None
+            try:
+                chan.settimeout(op)
+                _answered(chan, op, lambda: chan.invoke_subsystem("sftp"), f"SFTP on {self.name}")
+                self._sftp = paramiko.SFTPClient(chan)
+            except (OperationTimedOut, TimeoutError):
+                chan.close()
+                self._stuck(f"SFTP on {self.name}")
             except (paramiko.SSHException, EOFError, OSError):
+                chan.close()
                 if not t.is_active():
                     raise ConnectionLost(f"connection to {self.name} lost") from None
                 self._sftp_failed = True  # no sftp subsystem: fall back to commands
                 return None
         return self._sftp
 
-    def _sftp_do(self, fn):
-        """(True, value) from an SFTP call, or (False, None) when there is no SFTP."""
+    def _stuck(self, what: str):
+        """SFTP did not answer in time: that session may still answer late (out of step), so it is
+        dropped, and the host's SFTP is not tried again: every later operation fails at once."""
+        if self._sftp is not None:
+            try:
+                self._sftp.close()
+            except Exception:
+                pass
+            self._sftp = None
+        self._sftp_stuck = (f"{what}: no answer within {self.options.op_timeout:g}s "
+                            "(the SFTP server is stuck)")
+        raise OperationTimedOut(self._sftp_stuck)
+
+    def _sftp_do(self, what: str, fn):
+        """(True, fn(sftp, left)) from SFTP, or (False, None) when there is none. left() before each
+        request makes the operation's remaining time the limit for the next reply."""
         with self._sftp_lock:
             sftp = self._sftp_client()
             if sftp is None:
                 return False, None
+            deadline = time.monotonic() + self.options.op_timeout
+
+            def left():
+                rest = deadline - time.monotonic()
+                if rest <= 0:
+                    raise TimeoutError()
+                sftp.get_channel().settimeout(rest)
+
             try:
-                return True, fn(sftp)
+                left()
+                return True, fn(sftp, left)
+            except TimeoutError:
+                self._stuck(f"SFTP {what} on {self.name}")
             except OSError as e:
                 if e.errno is not None:
                     raise  # FileNotFoundError, PermissionError, ...: the file's answer
@@ -694,20 +921,43 @@ class Ssh:
             raise ConnectionLost(f"connection to {self.name} lost: {e or type(e).__name__}") from None
 
     def read(self, path: str) -> bytes:
-        def get(sftp):
-            with sftp.open(path, "rb") as f:
-                return f.read()
+        """The file's bytes. OSError: the file's answer (ENOENT, EACCES, ...; EINVAL for what is
+        not a regular file: a FIFO would block the server; EFBIG past max_read bytes)."""
+        cap = self.options.max_read
 
-        ok, data = self._sftp_do(get)
+        def get(sftp, left):
+            st = sftp.stat(path)  # before open(): opening a FIFO blocks until a writer comes
+            if not stat.S_ISREG(st.st_mode or 0):
+                raise OSError(errno.EINVAL, "not a regular file", path)
+            left()
+            chunks, size = [], 0
+            with sftp.open(path, "rb") as f:
+                while True:
+                    left()
+                    chunk = f.read(32768)
+                    if not chunk:
+                        return b"".join(chunks)
+                    size += len(chunk)
+                    if size > cap:
+                        raise OSError(errno.EFBIG, f"larger than {cap} bytes", path)
+                    chunks.append(chunk)
+
+        ok, data = self._sftp_do(f"read {path}", get)
         if ok:
             return data
-        r = self.run(["cat", "--", path])
+        r = self._run(["sh", "-c", _READ_SCRIPT, "sh", path, str(cap + 1)], None, self.options.op_timeout,
+                      cap + 1)
+        if r.rc == _NOT_REGULAR:
+            raise OSError(errno.EINVAL, "not a regular file", path)
         if not r.ok:
             raise _os_error(r, path)
-        return r.stdout.encode("utf-8", "surrogateescape")
+        data = r.stdout.encode("utf-8", "surrogateescape")
+        if len(data) > cap:
+            raise OSError(errno.EFBIG, f"larger than {cap} bytes", path)
+        return data
 
     def listdir(self, path: str) -> list[str]:
-        ok, names = self._sftp_do(lambda sftp: sftp.listdir(path))
+        ok, names = self._sftp_do(f"listdir {path}", lambda sftp, left: sftp.listdir(path))
         if ok:
             return sorted(names)
         r = self.run(["ls", "-1A", "--", path])
@@ -716,13 +966,13 @@ class Ssh:
         return sorted(n for n in r.stdout.split("\n") if n)
 
     def isdir(self, path: str) -> bool:
-        def check(sftp):
+        def check(sftp, left):
             try:
-                return stat.S_ISDIR(sftp.stat(path).st_mode)
+                return stat.S_ISDIR(sftp.stat(path).st_mode or 0)
             except FileNotFoundError:
                 return False
 
-        ok, value = self._sftp_do(check)
+        ok, value = self._sftp_do(f"stat {path}", check)
         if ok:
             return value
         return self.run(["test", "-d", path]).ok
@@ -733,34 +983,78 @@ class Ssh:
         return self._transport().open_channel("direct-tcpip", (host, port), ("127.0.0.1", 0))
 
 
+# The read fallback without SFTP: a fixed script, the path as its argument (never pasted in).
+_NOT_REGULAR = 22
+_READ_SCRIPT = ('if [ -e "$1" ] && [ ! -f "$1" ]; then echo "$1: not a regular file" >&2; exit 22; fi; '
+                'exec head -c "$2" -- "$1"')
+
+
+def _answered(chan: paramiko.Channel, seconds: float, request, what: str) -> None:
+    """request() (a channel request that waits for the server's reply: exec, subsystem), or
+    OperationTimedOut after `seconds`. paramiko waits for that reply with no limit; closing the
+    channel ends the wait."""
+    fired = threading.Event()
+
+    def expire():
+        fired.set()
+        chan.close()
+
+    timer = threading.Timer(seconds, expire)
+    timer.daemon = True
+    timer.start()
+    try:
+        request()
+    except (paramiko.SSHException, EOFError, OSError):
+        if not fired.is_set():
+            raise
+    finally:
+        timer.cancel()
+    if fired.is_set():
+        raise OperationTimedOut(f"{what}: no answer within {seconds:g}s")
+
+
+def _closed_by_peer(e: BaseException) -> bool:
+    """Whether the handshake ended because the other side closed (paramiko wraps the EOFError)."""
+    seen = 0
+    while e is not None and seen < 8:
+        if isinstance(e, (EOFError, ConnectionResetError, BrokenPipeError)):
+            return True
+        e, seen = e.__cause__ or e.__context__, seen + 1
+    return False
+
+
+def _nl(b: bytes | bytearray) -> str:
+    return "\n" if b and not b.endswith(b"\n") else ""
+
+
 def _text(b: bytes | bytearray) -> str:
     return bytes(b).decode("utf-8", "surrogateescape")
 
 
 def _os_error(r: Result, path: str) -> OSError:
-    import errno as E
-
     msg = (r.stderr or r.stdout).strip().splitlines()[-1:] or [""]
     low = msg[0].lower()
-    for needle, code in (("no such file", E.ENOENT), ("permission denied", E.EACCES),
-                         ("is a directory", E.EISDIR), ("not a directory", E.ENOTDIR)):
+    for needle, code in (("no such file", errno.ENOENT), ("permission denied", errno.EACCES),
+                         ("is a directory", errno.EISDIR), ("not a directory", errno.ENOTDIR)):
         if needle in low:
             return OSError(code, msg[0], path)
-    return OSError(E.EIO, msg[0] or f"exit {r.rc}", path)
+    return OSError(errno.EIO, msg[0] or f"exit {r.rc}", path)
 
 
 __all__ = [
     "AuthFailed",
     "ConnectFailed",
     "ConnectionLost",
+    "DEFAULT_SSH_CONFIG",
     "Endpoint",
     "HostKeyChanged",
     "HostKeyUnknown",
+    "OperationTimedOut",
     "Ssh",
     "SshError",
-    "connection_counts",
+    "SshOptions",
     "fingerprint",
     "known_hosts_name",
-    "reset_connection_counts",
-    "resolve"
+    "load_ssh_config",
+    "resolve",
 ]

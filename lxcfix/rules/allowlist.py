@@ -15,7 +15,6 @@ reported and what is fixed can never drift apart.
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass, field
 from typing import Mapping
 
@@ -69,7 +68,7 @@ def analyze(ctx) -> Needs:
 
     # A numeric allow rule whose major no driver holds any more, paired with a
     # denied device of the same kind: the device's major moved.
-    known = {m for ms in facts.char_majors.values() for m in ms}
+    known = facts.known_majors
     candidates = [
         r for r in eff.own_rules
         if r.key == "lxc.cgroup2.devices.allow" and r.rule is not None and r.rule.path is None
@@ -123,15 +122,22 @@ class Repairs:
         return None
 
 
+NOTHING = Repairs()
+
+
 def repairs(ctx) -> Repairs:
-    style, _ = ctx.style
     needs, facts = ctx.needs, ctx.facts
-    numbers = itertools.count(next_devn(ctx.config))
+    if not (needs.stale or needs.denied or needs.unpassed or ctx.requested == "devn"):
+        return NOTHING  # most containers of a fleet
+    style, _ = ctx.style
+    numbers: list[int] = []
     assigned: dict[str, int] = {}
 
     def devn(node: DeviceNode) -> Edit:
         if node.path not in assigned:
-            assigned[node.path] = next(numbers)
+            if not numbers:
+                numbers.append(next_devn(ctx.config))
+            assigned[node.path] = numbers[0] + len(assigned)
         return fixes.devn_edit(node, assigned[node.path])
 
     def via_devn(g: Given) -> bool:
@@ -229,7 +235,7 @@ def check(ctx) -> list:
     eff = ctx.effective
     fixed = ctx.repairs
     out = []
-    allowed = eff.ruleset.describe("c")
+    allowed = eff.ruleset.describe("c") if needs.denied else ""
     for g in needs.denied:
         node = g.node
         via = f"devN entry {eff.devn[0].key}" if g.via == "devn" and eff.devn else "a bind mount"
