@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from . import bpf, sweep
 from .errors import BadInput
 from .model import LXC_NAME, VMID, Result
 from .transport import ContainerExec, Transport, env_path
@@ -29,11 +30,28 @@ class LiveTools:
     """Changing a running container in place, through LXC's command socket
     (Proxmox's containers are LXC containers named by vmid)."""
 
+    name: str = ""
+
     def lxc_args(self, ct: str) -> list[str]:
         raise NotImplementedError
 
+    def status_argv(self, ct: str) -> list[str]:
+        raise NotImplementedError
+
+    def pid_argv(self, ct: str) -> list[str]:
+        return ["lxc-info", *self._lxc_args(ct), "-p", "-H"]
+
+    def _lxc_args(self, ct: str) -> list[str]:
+        return ["-n", ct]
+
+    def live_template(self) -> sweep.Live:
+        """The same argv, with `{ct}` for the container: what a sweep runs for every container."""
+        return sweep.Live(self.status_argv("{ct}"), self.pid_argv("{ct}"), bpf.cgroup_candidates(self.name, "{ct}"))
+
     def init_pid(self, t: Transport, ct: str) -> int | None:
-        return _init_pid(t, self.lxc_args(ct))
+        r = t.run(self.pid_argv(self.validate(ct)))
+        text = r.stdout.strip()
+        return int(text) if r.ok and text.isascii() and text.isdigit() and len(text) < 12 else None
 
     def cgroup_set(self, t: Transport, ct: str, key: str, value: str) -> Result:
         return t.run(["lxc-cgroup", *self.lxc_args(ct), key, value])
@@ -85,8 +103,11 @@ class Proxmox(LiveTools):
     def stop(self, t: Transport, ct: str) -> Result:
         return t.run(["pct", "stop", self.validate(ct)], timeout=120)
 
+    def status_argv(self, ct: str) -> list[str]:
+        return ["pct", "status", ct]
+
     def status(self, t: Transport, ct: str) -> str:
-        r = t.run(["pct", "status", self.validate(ct)])
+        r = t.run(self.status_argv(self.validate(ct)))
         m = re.search(r"status:\s*(\w+)", r.stdout)
         return m.group(1) if r.ok and m else "unknown"
 
@@ -134,8 +155,14 @@ class Lxc(LiveTools):
     def stop(self, t: Transport, ct: str) -> Result:
         return t.run(["lxc-stop", "-k", "-n", self.validate(ct), "-P", self.lxcpath], timeout=120)
 
+    def status_argv(self, ct: str) -> list[str]:
+        return ["lxc-info", "-s", "-H", "-n", ct, "-P", self.lxcpath]
+
+    def _lxc_args(self, ct: str) -> list[str]:
+        return ["-n", ct, "-P", self.lxcpath]
+
     def status(self, t: Transport, ct: str) -> str:
-        r = t.run(["lxc-info", "-s", "-H", "-n", self.validate(ct), "-P", self.lxcpath])
+        r = t.run(self.status_argv(self.validate(ct)))
         return r.stdout.strip().lower() if r.ok else "unknown"
 
     def exec(self, t: Transport, ct: str) -> ContainerExec:
@@ -146,12 +173,6 @@ class Lxc(LiveTools):
 
     def lxc_args(self, ct: str) -> list[str]:
         return ["-n", self.validate(ct), "-P", self.lxcpath]
-
-
-def _init_pid(t: Transport, lxc_args: list[str]) -> int | None:
-    r = t.run(["lxc-info", *lxc_args, "-p", "-H"])
-    text = r.stdout.strip()
-    return int(text) if r.ok and text.isdigit() else None
 
 
 def detect(transport: Transport) -> Proxmox | Lxc:

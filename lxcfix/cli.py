@@ -243,6 +243,8 @@ def scan(
                 say(f"{rep.host}: unreachable (LXF301): {rep.error}", "bold red")
                 continue
             _print_host(rep)
+            for note in rep.notes:
+                say(f"note: {rep.host}: {note}", "dim", err)
             findings = [f for c in rep.containers for f in c.findings]
             if findings:
                 out.print()

@@ -30,14 +30,15 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import replace
 
 from . import gather
 from .backends import Lxc, Proxmox, detect
 from .errors import BadInput, LxcfixError
 from .inventory import HostEntry
 from .model import Finding, Result
-from .scan import CtReport, HostReport, scan_host
-from .ssh import DEFAULT_SSH_CONFIG, Ssh, SshError
+from .scan import CtReport, HostReport, one_by_one, scan_host
+from .ssh import HostKeyUnknown, Ssh, SshOptions
 from .transport import Cached, Failing, Local, Transport
 
 Progress = Callable[[str, int, int], None]
@@ -51,37 +52,39 @@ class SshConnector:
     """connect(entry) for scan_fleet: Local for `ansible_connection: local`, else a connected Ssh.
     .container(host, entry, backend, ct) reaches one container the way the inventory says.
 
-    known_hosts / accept_new are the command line's (--known-hosts, --accept-new-host-keys);
-    the inventory's lxcfix_known_hosts / lxcfix_accept_new_host_keys win for their hosts.
+    `options` are the command line's (--known-hosts, --accept-new-host-keys, --ssh-config, ...),
+    checked here, before any host is contacted (BadInput). An inventory cannot choose where
+    root writes: its lxcfix_known_hosts is only an extra file to check keys against (accept-new
+    writes the command line's file, else the user's), and its lxcfix_accept_new_host_keys can
+    only narrow: false keeps that host strict; true alone trusts nothing (trusting a new host
+    key is the decision of whoever runs lxcfix, not of an inventory that others may edit), so an
+    unknown key stays refused and the reason says --accept-new-host-keys is needed.
     """
 
-    def __init__(self, *, known_hosts: str | None = None, accept_new: bool = False,
-                 ssh_config: str | None = DEFAULT_SSH_CONFIG, connect_timeout: float = 10.0,
-                 tries: int = 3, max_sessions: int = 8, allow_agent: bool = True, look_for_keys: bool = True):
-        self.known_hosts = known_hosts
-        self.accept_new = accept_new
-        self.ssh_config = ssh_config
-        self.connect_timeout = connect_timeout
-        self.tries = tries
-        self.max_sessions = max_sessions
-        self.allow_agent = allow_agent
-        self.look_for_keys = look_for_keys
+    def __init__(self, options: SshOptions = SshOptions()):
+        self.options = options.check()
 
-    def _ssh(self, name: str, entry: HostEntry, **kw) -> Ssh:
-        return Ssh(
-            name, key_files=[entry.key_file] if entry.key_file else [],
-            known_hosts=entry.known_hosts or self.known_hosts,
-            accept_new=self.accept_new if entry.accept_new_host_keys is None else entry.accept_new_host_keys,
-            ssh_config=self.ssh_config, connect_timeout=self.connect_timeout, tries=self.tries,
-            allow_agent=self.allow_agent, look_for_keys=self.look_for_keys, **kw)
+    def _ssh(self, name: str, entry: HostEntry, max_sessions: int | None = None, **kw) -> Ssh:
+        options = self.options
+        if entry.accept_new_host_keys is False and options.accept_new:
+            options = replace(options, accept_new=False)
+        if max_sessions is not None:
+            options = replace(options, max_sessions=max_sessions)
+        return Ssh(name, key_files=[entry.key_file] if entry.key_file else [], options=options,
+                   known_hosts_extra=(entry.known_hosts,) if entry.known_hosts else (), **kw)
 
     def __call__(self, entry: HostEntry) -> Transport:
         if entry.connection == "local":
             return Local(name=entry.name)
-        t = self._ssh(entry.name, entry, hostname=entry.destination, port=entry.port, user=entry.user,
-                      max_sessions=self.max_sessions)
+        t = self._ssh(entry.name, entry, hostname=entry.destination, port=entry.port, user=entry.user)
         try:
             return t.connect()
+        except HostKeyUnknown as e:
+            t.close()
+            if entry.accept_new_host_keys and not self.options.accept_new:
+                raise HostKeyUnknown(f"{e.reason}; lxcfix_accept_new_host_keys in the inventory alone "
+                                     "trusts no key: the command line must say --accept-new-host-keys") from None
+            raise
         except BaseException:
             t.close()
             raise
@@ -98,21 +101,21 @@ class SshConnector:
         return backend.exec(host, ct)
 
 
-def ssh_connector(**options) -> SshConnector:
-    """SshConnector(**options): see there."""
-    return SshConnector(**options)
+def ssh_connector(options: SshOptions | None = None, **fields) -> SshConnector:
+    """SshConnector(options, with the SshOptions fields given by name replaced):
+    ssh_connector(ssh_config=None, max_sessions=4) == SshConnector(SshOptions(ssh_config=None, max_sessions=4))."""
+    return SshConnector(replace(options or SshOptions(), **fields))
 
 
 def container_transport(host: Transport, entry: HostEntry, backend: Proxmox | Lxc, ct: str, *,
-                        known_hosts: str | None = None, accept_new: bool = False,
-                        ssh_config: str | None = DEFAULT_SSH_CONFIG) -> Transport:
+                        options: SshOptions | None = None, **fields) -> Transport:
     """How the probe enters one container of `entry`:
     - its own SSH when lxcfix_ct_ssh names it (and lxcfix_container_access is not exec):
       an Ssh named "<host>/<ct>" to that address (connects on first use);
     - else `pct exec` / `lxc-attach` through the host's transport (ContainerExec).
-    lxcfix_container_access: ssh with no address for ct is a BadInput."""
-    return SshConnector(known_hosts=known_hosts, accept_new=accept_new,
-                        ssh_config=ssh_config).container(host, entry, backend, ct)
+    lxcfix_container_access: ssh with no address for ct is a BadInput.
+    options / SshOptions fields by name (known_hosts=, accept_new=, ssh_config=, ...) as for ssh_connector()."""
+    return ssh_connector(options, **fields).container(host, entry, backend, ct)
 
 
 # ----------------------------------------------------------------- one host
@@ -197,7 +200,13 @@ def scan_one(entry: HostEntry, connect: Connect, *, per_host: int = 4, probe: bo
     opened: list[Transport] = [t]
     lock = threading.Lock()
     try:
-        view = Cached(t)
+        # The first round trip reads the whole host (gather.sweep_request); anything it
+        # did not cover is read on demand, and a host without python3 is read that way.
+        request = gather.sweep_request(pve_dir=entry.pve_dir, lxcpath=entry.lxc_path, backend=entry.backend,
+                                       cts=list(entry.containers) if entry.containers is not None else None,
+                                       probe=probe)
+        view, why = gather.prefetch(Cached(t), request)
+        notes = () if why is None else (one_by_one(why),)
         backend = pick_backend(view, entry)
         facts = gather.host_facts(view, backend)
         listed = backend.list(view)
@@ -206,7 +215,7 @@ def scan_one(entry: HostEntry, connect: Connect, *, per_host: int = 4, probe: bo
         wanted = [ct for ct in entry.containers if ct in own or ct not in listed] \
             if entry.containers is not None else list(own)
         if not wanted:
-            return HostReport(t.name, backend.name, facts, (), seconds=time.monotonic() - start)
+            return HostReport(t.name, backend.name, facts, (), seconds=time.monotonic() - start, notes=notes)
         route = None
         if probe and (entry.ct_ssh or entry.container_access == "ssh"):
             reach = enter or container_transport
@@ -223,12 +232,16 @@ def scan_one(entry: HostEntry, connect: Connect, *, per_host: int = 4, probe: bo
         # cached SFTP reads, and every chunk would repeat scan_host's per-call commands.
         # Calls stay under MAX_PER_CALL configs: scan_host may fork processes for bigger
         # offline batches, and a live SSH connection must not be forked or pickled.
-        n = per_host if probe else 1
+        # Probes through a swept host run in one command (scan_host's second round trip), so
+        # one chunk; containers with their own SSH (route), and hosts read command by command,
+        # are probed per_host at a time.
+        batch = why is None
+        n = per_host if probe and (route is not None or not batch) else 1
         chunks = _chunks(wanted, max(n, -(-len(wanted) // MAX_PER_CALL)))
 
         def part(chunk: list[str]) -> HostReport:
             return scan_host(view, backend, chunk, style, facts=facts, probe=probe, route=route,
-                             keep_context=keep_context)
+                             keep_context=keep_context, batch=batch, swept=batch and probe)
 
         if len(chunks) == 1:
             parts = [part(chunks[0])]
@@ -237,7 +250,9 @@ def scan_one(entry: HostEntry, connect: Connect, *, per_host: int = 4, probe: bo
                 parts = list(pool.map(part, chunks))
         by_ct: dict[str, CtReport] = {c.ct: c for p in parts for c in p.containers}
         containers = tuple(by_ct[ct] for ct in wanted if ct in by_ct)
-        return HostReport(t.name, backend.name, facts, containers, seconds=time.monotonic() - start)
+        host_notes = tuple(dict.fromkeys(notes + tuple(n for p in parts for n in p.notes)))
+        return HostReport(t.name, backend.name, facts, containers, seconds=time.monotonic() - start,
+                          notes=host_notes)
     except LxcfixError as e:
         return unreachable(entry.name, str(e), time.monotonic() - start)
     except Exception as e:

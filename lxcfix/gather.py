@@ -15,7 +15,7 @@ from . import ctconfig, facts as F
 from .backends import Lxc, Proxmox
 from .ctconfig import CtConfig
 from .effective import effective
-from .model import DeviceNode, HostFacts
+from .model import LXC_NAME, VMID, DeviceNode, HostFacts
 from .rules import Context
 from .transport import Transport
 
@@ -129,3 +129,49 @@ def context(facts: HostFacts, loaded: Loaded, loader, probe=None, live=None, req
         effective=effective(cfg, facts, loader), probe=probe, live=live, load=loader, requested=requested,
     )
 
+
+
+# ---- a host in two round trips (sweep.py)
+
+def sweep_request(*, pve_dir: str | None, lxcpath: str | None, cts: list[str] | None, backend: str = "auto",
+                  probe: bool = True) -> "sweep.Request":
+    """The first sweep: every fact of facts.FACTS (a walk of /dev for the device nodes),
+    LXC's own config dir, the configs asked for and what they include, the mount
+    sources outside /dev, and (probe) each container's status, init pid and device program."""
+    from . import lxcdefaults, sweep
+
+    reads = [f.read for name, f in F.FACTS.items() if f.read] + ["/etc/hostname"]
+    runs = [list(f.run) for name, f in F.FACTS.items() if f.run and name != "dev_nodes"] + [["hostname"]]
+    pve, lxc = Proxmox(pve_dir=pve_dir) if pve_dir else Proxmox(), Lxc(lxcpath=lxcpath) if lxcpath else Lxc()
+    return sweep.Request(
+        read=reads, run=runs, trees=[lxcdefaults.LXC_CONFIG_DIR], walk="/dev",
+        pve_dir=pve.pve_dir, lxcpath=lxc.lxcpath, cts=cts, backend=backend,
+        names={"pve": VMID.pattern, "lxc": LXC_NAME.pattern},
+        live={"pve": pve.live_template(), "lxc": lxc.live_template()} if probe else {},
+    )
+
+
+def run_sweep(t: Transport, request: "sweep.Request", timeout: float = 120) -> "sweep.Answers":
+    """One round trip: the sweep script through `t`, its answers (answers.garbage
+    says why when it could not run: no python3, a cut-short output)."""
+    from . import bpf, sweep
+
+    nonce = sweep.nonce()
+    result = t.run(sweep.argv(request, nonce), timeout=timeout)
+    answers = sweep.parse(result.stdout.encode("utf-8", "surrogateescape"), nonce)
+    if answers.garbage and not answers.done and not answers.files and not answers.runs:
+        answers.garbage = f"{answers.garbage}; exit {result.rc}: {result.tail()}"
+    # the reader ran in-process there; lxcfix would run it as `python3 -c READER <cgroup>`
+    for argv in [a for a in answers.runs if a[:3] == ("python3", "-c", "READER")]:
+        answers.runs[("python3", "-c", bpf.READER, *argv[3:])] = answers.runs.pop(argv)
+    return answers
+
+
+def prefetch(t: Transport, request: "sweep.Request") -> tuple[Transport, str | None]:
+    """(a transport answering from one sweep, None) or (t itself, why not)."""
+    from .transport import Prefetched
+
+    answers = run_sweep(t, request)
+    if not answers.done:
+        return t, answers.garbage or "the sweep did not finish"
+    return Prefetched(t, answers), None

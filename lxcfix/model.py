@@ -361,3 +361,4 @@ class HostReport:
     error: str | None = None
     seconds: float = 0.0
     findings: tuple[Finding, ...] = field(default=())  # host-level (LXF301)
+    notes: tuple[str, ...] = ()  # how the host was read, when it matters ("read command by command: no python3")

@@ -23,6 +23,7 @@ from .rules.live import Live
 from .transport import Transport
 
 PROBE_TIMEOUT = 60
+PROBE_CAP = 1024 * 1024  # bytes of a probe's output: what a container prints is bounded
 
 
 def probe_paths(eff: Effective) -> list[str]:

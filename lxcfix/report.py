@@ -99,7 +99,7 @@ def document(command: str, hosts: list[HostReport], with_plan: bool = True) -> d
         "command": command,
         "hosts": [
             {"host": h.host, "backend": h.backend, "error": h.error, "seconds": round(h.seconds, 4),
-             "facts": facts_json(h), "findings": [f.to_json() for f in h.findings]}
+             "facts": facts_json(h), "findings": [f.to_json() for f in h.findings], "notes": list(h.notes)}
             for h in hosts
         ],
         "containers": [container_json(c, with_plan) for h in hosts for c in h.containers],

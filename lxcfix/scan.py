@@ -17,7 +17,7 @@ from typing import Callable
 from . import gather
 from .backends import Lxc, Proxmox
 from .errors import LxcfixError
-from .model import CtReport, Finding, HostFacts, HostReport, Plan  # noqa: F401  (CtReport, HostReport: re-exported)
+from .model import LXC_NAME, VMID, CtReport, Finding, HostFacts, HostReport, Plan  # noqa: F401  (re-exported)
 from .plan import make_plan_in
 from .rules import Context, run_rules
 from .transport import Transport
@@ -39,14 +39,15 @@ class Enter:
 
 
 def analyze_container(facts: HostFacts, loaded: gather.Loaded, loader, style: str = "auto",
-                      enter: Enter | None = None) -> CtReport:
+                      enter: Enter | None = None, ctx: Context | None = None) -> CtReport:
     """Findings and plan for one container. `enter` (live hosts) looks inside a
-    running container: probe and device program."""
+    running container: probe and device program. ctx: its view, when the caller
+    made it already."""
     if loaded.config is None:
         f = Finding("LXF131", "error", loaded.ct, f"config cannot be read: {loaded.error}",
                     evidence=(loaded.path,), host=facts.host)
         return CtReport(facts.host, loaded.ct, loaded.path, (f,), error=loaded.error, node=loaded.node)
-    ctx: Context = gather.context(facts, loaded, loader, requested=style)
+    ctx = ctx or gather.context(facts, loaded, loader, requested=style)
     status = None
     extra: list[Finding] = []
     if enter is not None:
@@ -94,11 +95,14 @@ def mark_live_fixable(ctx: Context, planned: Context, findings) -> tuple[Finding
 
 def scan_host(t: Transport, backend: Proxmox | Lxc, cts: list[str] | None = None,
               style: str = "auto", facts: HostFacts | None = None, probe: bool = False,
-              route: Route | None = None, keep_context: bool = False) -> HostReport:
+              route: Route | None = None, keep_context: bool = False, batch: bool = True,
+              swept: bool = False) -> HostReport:
     """probe: enter running containers (live hosts only) to probe them and read
     their device program; route: how (default backend.exec). keep_context: the
     reports keep the view they were judged in (the audit reads it), so no worker
-    processes."""
+    processes. batch: the probes of all running containers in one command
+    (sweep.py), which a route (containers' own SSH) does not allow. swept: `t`
+    answers from a sweep that read the containers' live state already."""
     start = time.monotonic()
     facts = facts or gather.host_facts(t, backend)
     listed = backend.list(t)
@@ -117,8 +121,46 @@ def scan_host(t: Transport, backend: Proxmox | Lxc, cts: list[str] | None = None
         extra = {p: n for p, n in gather.source_nodes(t, sources).items() if p not in facts.nodes}
         if extra:
             facts = replace(facts, nodes={**facts.nodes, **extra})
-    reports = [analyze_container(facts, loaded, loader, style, enter) for loaded in loaded_all]
-    return HostReport(t.name, backend.name, facts, tuple(reports), seconds=time.monotonic() - start)
+    ctxs = {ld.ct: gather.context(facts, ld, loader, requested=style) for ld in loaded_all if ld.config is not None}
+    notes: list[str] = []
+    if enter is not None and enter.route is None and batch:
+        view, why = _probe_in_one_go(t, backend, ctxs, swept)
+        enter = Enter(view, backend)
+        if why:
+            notes.append(one_by_one(why))
+    reports = [analyze_container(facts, loaded, loader, style, enter, ctxs.get(loaded.ct)) for loaded in loaded_all]
+    return HostReport(t.name, backend.name, facts, tuple(reports), seconds=time.monotonic() - start,
+                      notes=tuple(notes))
+
+
+def one_by_one(why: str) -> str:
+    """The note of a host the sweep could not read in one go."""
+    return f"not read in one round trip ({why}); read command by command instead (slower)"
+
+
+def _probe_in_one_go(t: Transport, backend, ctxs: dict[str, Context], swept: bool) -> tuple[Transport, str | None]:
+    """Every running container's status, then all their probes in one command
+    (sweep.py), as a transport that answers from them. The statuses come from
+    the host's sweep (swept), else from a sweep of the live state first."""
+    from . import sweep
+    from .observe import PROBE_CAP, PROBE_TIMEOUT, probe_paths
+    from .probe import probe_argv
+
+    if not ctxs:
+        return t, None
+    if not swept:
+        t, why = gather.prefetch(t, sweep.Request(
+            cts=list(ctxs), backend=backend.name, names={"pve": VMID.pattern, "lxc": LXC_NAME.pattern},
+            **({"pve_dir": backend.pve_dir} if backend.name == "pve" else {"lxcpath": backend.lxcpath}),
+            live={backend.name: backend.live_template()}))
+        if why:
+            return t, why
+    running = [ct for ct in ctxs if backend.status(t, ct) == "running"]
+    if not running:
+        return t, None
+    batch = [backend.exec(t, ct).wrap(probe_argv(probe_paths(ctxs[ct].effective))) for ct in running]
+    return gather.prefetch(t, sweep.Request(batch=batch, timeout=PROBE_TIMEOUT, cap=PROBE_CAP, parallel=4))
+
 
 
 # Below this many configs a second process costs more than it saves.

@@ -75,6 +75,7 @@ import tenacity
 
 from .errors import BadInput, Unreachable
 from .model import Result
+from .transport import MAX_READ, _Commands
 
 DEFAULT_SSH_CONFIG = "~/.ssh/config"
 SYSTEM_KNOWN_HOSTS = ("/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2")
@@ -156,7 +157,12 @@ class SshOptions:
     allow_agent: bool = True
     look_for_keys: bool = True
     max_output: int = 1 * MiB
-    max_read: int = 8 * MiB
+    max_read: int = MAX_READ
+
+    @classmethod
+    def from_cli(cls, **flags) -> SshOptions:
+        """From command-line flags by field name; a flag that is None was not given (its default)."""
+        return cls(**{k: v for k, v in flags.items() if v is not None})
 
     def check(self) -> SshOptions:
         """self, or BadInput for what cannot work; reads the ssh config (no host is contacted)."""
@@ -510,12 +516,15 @@ def _parse_jump(spec: str) -> tuple[str | None, str, int | None]:
 # ----------------------------------------------------------------- the transport
 
 
-class Ssh:
-    """A host over SSH. Thread-safe; connects on first use (or connect()); close() when done.
+class Ssh(_Commands):
+    """A host over SSH (a transport.Transport; device_nodes() runs `stat` there). Thread-safe;
+    connects on first use (or connect()); close() when done.
 
     hostname/port/user/key_files/proxy_argv come from the inventory and win over ssh_config;
     known_hosts_extra are known_hosts files this host is also checked against (an inventory's
     lxcfix_known_hosts), read only: accept-new never writes them."""
+
+    local = False  # its files are not on this machine
 
     def __init__(self, name: str, *, hostname: str | None = None, port: int | None = None,
                  user: str | None = None, key_files: Sequence[str] = (), options: SshOptions = SshOptions(),
@@ -641,7 +650,7 @@ class Ssh:
         # fabric manages the client; its default missing-key policy adds unknown keys,
         # so ours (strict, or accept-new when asked) replaces it before connecting.
         conn = fabric.Connection(
-            ep.host_key_name, user=ep.user, port=ep.port, connect_timeout=ep.connect_timeout,
+            ep.host_key_name, user=ep.user, port=ep.port,
             config=fabric.Config(overrides={"load_ssh_configs": False}),
         )
         client = conn.client
@@ -663,7 +672,8 @@ class Ssh:
                 key_filename=list(ep.key_files) or None,
                 allow_agent=self.options.allow_agent and not ep.identities_only,
                 look_for_keys=self.options.look_for_keys and not ep.identities_only,
-                sock=sock, banner_timeout=ep.connect_timeout,
+                sock=sock, timeout=ep.connect_timeout,  # not fabric's connect_timeout: it int()s it
+                banner_timeout=ep.connect_timeout,
                 auth_timeout=ep.connect_timeout, channel_timeout=ep.connect_timeout,
             )
             conn.open()

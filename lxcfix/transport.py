@@ -373,6 +373,77 @@ class Cached:
         self.inner.close()
 
 
+class Prefetched:
+    """A transport answering from what one sweep brought back (sweep.Answers),
+    and asking `inner` for anything the sweep did not cover: a file it did not
+    read, a command it did not run. A path below a directory the sweep read
+    whole, and not in it, does not exist (no second trip to find that out)."""
+
+    def __init__(self, inner: Transport, answers):
+        self.inner = inner
+        self.name = inner.name
+        self.local = inner.local
+        self.answers = answers
+
+    def _absent(self, path: str) -> bool:
+        return any(path == root or path.startswith(root.rstrip("/") + "/") for root in self.answers.complete)
+
+    @staticmethod
+    def _norm(path: str) -> str:
+        return path.rstrip("/") or "/"
+
+    def run(self, argv: Sequence[str], *, input: str | None = None, timeout: float | None = 60) -> Result:
+        hit = self.answers.runs.get(tuple(argv)) if input is None else None
+        return hit if hit is not None else self.inner.run(argv, input=input, timeout=timeout)
+
+    def read(self, path: str) -> bytes:
+        a = self.answers
+        path = self._norm(path)
+        if path in a.files:
+            return a.files[path]
+        if path in a.errors:
+            why = a.errors[path]
+            code = errno.ENOENT if "No such file" in why else errno.EINVAL if "regular file" in why else errno.EIO
+            raise OSError(code, why, path)
+        if a.isdir.get(path):
+            raise IsADirectoryError(errno.EISDIR, "is a directory", path)
+        if self._absent(path):
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory", path)
+        return self.inner.read(path)
+
+    def listdir(self, path: str) -> list[str]:
+        a = self.answers
+        path = self._norm(path)
+        if path in a.dirs:
+            return list(a.dirs[path])
+        if a.isdir.get(path) is False or path in a.errors or self._absent(path):
+            raise FileNotFoundError(errno.ENOENT, a.errors.get(path, "No such file or directory"), path)
+        return self.inner.listdir(path)
+
+    def isdir(self, path: str) -> bool:
+        a = self.answers
+        path = self._norm(path)
+        if path in a.isdir:
+            return a.isdir[path]
+        if path in a.files or path in a.errors or self._absent(path):
+            return False
+        return self.inner.isdir(path)
+
+    def device_nodes(self, paths: Sequence[str] | None = None) -> dict[str, DeviceNode]:
+        a = self.answers
+        if paths is None and a.walked:
+            return {p: DeviceNode(p, *n) for p, n in a.nodes.items() if p.startswith("/dev/")}
+        if paths is not None and set(paths) <= a.lstated:
+            return {p: DeviceNode(p, *a.nodes[p]) for p in paths if p in a.nodes}
+        return self.inner.device_nodes(paths)
+
+    def local_path(self, path: str) -> str:
+        return self.inner.local_path(path)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
 def env_path(var: str, default: str) -> str:
     """A path the tests may move (LXCFIX_PVE_DIR, LXCFIX_STATE_DIR, LXCFIX_LOCK_DIR)."""
     return os.environ.get(var) or default

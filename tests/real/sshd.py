@@ -2,6 +2,7 @@
 
     keys = Keys.make(tmp)                      # client key pair, written under tmp
     d = Sshd.start(tmp / "sshd-a", keys)       # host key, config, PidFile, log: all under that dir
+    Sshd.start(tmp / "sshd-b", keys, log_level="DEBUG1", sftp="/path/to/script")   # other server settings
     d.port, d.known_hosts_line()               # "[127.0.0.1]:PORT ssh-ed25519 AAAA..."
     d.accepted()                               # how many logins its log shows
     d.kill()                                   # the listener AND every per-connection child, by PID
@@ -9,7 +10,8 @@
 
 Root login by key only, `UsePAM no`, `StrictModes no`, internal-sftp, and
 MaxStartups/MaxSessions raised so a fleet scan's bursts are not dropped.
-Also: container_sshd(rootfs, keys), which prepares a container's rootfs so
+Also: SilentListener(), a TCP port on 127.0.0.1 that accepts and never says a word
+(no SSH banner), and container_sshd(rootfs, keys), which prepares a container's rootfs so
 `lxc-attach -n NAME -- /usr/sbin/sshd -i -f /etc/ssh/lxf/sshd_config` speaks
 SSH over a pipe (the ProxyCommand way into a container with no network).
 Only loopback: ListenAddress 127.0.0.1. Every process started is ended by PID.
@@ -17,10 +19,13 @@ Only loopback: ListenAddress 127.0.0.1. Every process started is ended by PID.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import pwd
 import signal
 import socket
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,10 +72,16 @@ class Keys:
 
 
 class Sshd:
-    def __init__(self, directory: Path, keys: Keys, port: int):
+    """log_level: sshd's LogLevel (with -e, DEBUG lines also reach each session's stderr before
+    the command runs); sftp: the sftp Subsystem command (default internal-sftp)."""
+
+    def __init__(self, directory: Path, keys: Keys, port: int, log_level: str = "INFO",
+                 sftp: str = "internal-sftp"):
         self.dir = directory
         self.keys = keys
         self.port = port
+        self.log_level = log_level
+        self.sftp = sftp
         self.host_key = directory / "ssh_host_ed25519_key"
         self.config = directory / "sshd_config"
         self.pidfile = directory / "sshd.pid"
@@ -80,12 +91,13 @@ class Sshd:
         self._log_fh = None
 
     @classmethod
-    def start(cls, directory: Path, keys: Keys, port: int | None = None, tries: int = 5) -> Sshd:
+    def start(cls, directory: Path, keys: Keys, port: int | None = None, tries: int = 5,
+              log_level: str = "INFO", sftp: str = "internal-sftp") -> Sshd:
         directory.mkdir(parents=True, exist_ok=True)
         os.makedirs(PRIVSEP_DIR, mode=0o755, exist_ok=True)
         last = None
         for _ in range(tries):
-            d = cls(directory, keys, port or free_port())
+            d = cls(directory, keys, port or free_port(), log_level=log_level, sftp=sftp)
             try:
                 d._start()
                 return d
@@ -119,8 +131,8 @@ class Sshd:
             "MaxSessions 32",
             "MaxStartups 200:30:400",
             "MaxAuthTries 10",
-            "LogLevel INFO",
-            "Subsystem sftp internal-sftp",
+            f"LogLevel {self.log_level}",
+            f"Subsystem sftp {self.sftp}",
             "",
         ]))
 
@@ -240,6 +252,74 @@ class Sshd:
         if self._log_fh is not None:
             self._log_fh.close()
             self._log_fh = None
+
+
+class SilentListener:
+    """127.0.0.1:<port> accepts TCP connections and never sends a byte: not an SSH server,
+    or one that is stuck. `accepted` counts connections; close() ends it (its own thread)."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.accepted = 0
+        self._conns: list[socket.socket] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="silent-listener", daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        self.sock.settimeout(0.1)
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except (TimeoutError, OSError):
+                continue
+            self.accepted += 1
+            self._conns.append(conn)  # held open, never answered
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        for c in [*self._conns, self.sock]:
+            c.close()
+
+
+def _private_mount_namespace() -> bool:
+    """This process's mount namespace is not its parent's (tests/run made it), nor PID 1's
+    when that can be seen (in a container it may not be)."""
+    try:
+        mine = os.readlink("/proc/self/ns/mnt")
+        if mine == os.readlink(f"/proc/{os.getppid()}/ns/mnt"):
+            return False
+    except OSError:
+        return False
+    try:
+        return mine != os.readlink("/proc/1/ns/mnt")
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def lean_root_shell(tmp: Path):
+    """Root's ~/.bashrc hidden (an empty file bound over it) for the block, so a remote command
+    costs what it costs on a lean host: Debian's bash sources it for every command sshd runs,
+    and here it runs `pyenv init` (~0.2 s). Only in a private mount namespace (tests/run);
+    elsewhere nothing is mounted and commands are just slower. Yields whether it is hidden."""
+    rc = Path(pwd.getpwnam("root").pw_dir) / ".bashrc"
+    hidden = False
+    if rc.is_file() and _private_mount_namespace():
+        empty = tmp / "empty-bashrc"
+        empty.write_text("")
+        hidden = subprocess.run(["mount", "--bind", str(empty), str(rc)], capture_output=True).returncode == 0
+    try:
+        yield hidden
+    finally:
+        if hidden:
+            subprocess.run(["umount", str(rc)], capture_output=True)
 
 
 def write_known_hosts(path: Path, *lines: str) -> Path:

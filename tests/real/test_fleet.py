@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -21,8 +22,10 @@ from lxcfix.inventory import load
 from lxcfix.scan import scan_host
 from lxcfix.transport import Local
 
+from . import sshcount
 from .sshd import (
     Keys,
+    SilentListener,
     Sshd,
     closed_port,
     container_proxy_argv,
@@ -69,8 +72,18 @@ def cts(container_factory, tun):
 
 
 @pytest.fixture(autouse=True)
-def _fresh_counts():
-    ssh.reset_connection_counts()
+def home(tmp_path, monkeypatch) -> Path:
+    """$HOME in tmp_path: ~/.ssh (the user's known_hosts accept-new may write) is the test's own."""
+    h = tmp_path / "home"
+    h.mkdir()
+    monkeypatch.setenv("HOME", str(h))
+    return h
+
+
+@pytest.fixture
+def connections(monkeypatch):
+    """SSH connections made during the test, by Ssh name (tests/real/sshcount.py)."""
+    return sshcount.patch(monkeypatch)
 
 
 def inventory(hosts: dict[str, int], keys: Keys, known_hosts: Path, containers, **extra) -> list:
@@ -91,11 +104,12 @@ def inventory(hosts: dict[str, int], keys: Keys, known_hosts: Path, containers, 
     return list(load("\n".join(lines) + "\n", "test-inventory.yaml").hosts)
 
 
+NO_AGENT = ssh.SshOptions(ssh_config=None, allow_agent=False, look_for_keys=False)
+
+
 def connector(**kw):
     """Only the test's key and known_hosts: no agent, no ~/.ssh of whoever runs the tests."""
-    options = dict(ssh_config=None, allow_agent=False, look_for_keys=False)
-    options.update(kw)
-    return fleet.ssh_connector(**options)
+    return fleet.ssh_connector(NO_AGENT, **kw)
 
 
 def codes(report) -> dict[str, list[str]]:
@@ -104,7 +118,7 @@ def codes(report) -> dict[str, list[str]]:
 
 def local_codes(containers) -> dict[str, list[str]]:
     """The same containers scanned on this machine directly (probing them when scan_host can)."""
-    return codes(scan_host(Local(), Lxc(), [c.name for c in containers], **fleet._scan_kwargs(True)))
+    return codes(scan_host(Local(), Lxc(), [c.name for c in containers], probe=True))
 
 
 # ----------------------------------------------------------------- host keys
@@ -125,7 +139,8 @@ def test_changed_host_key_is_refused_even_with_accept_new(tmp_path, keys, sshd_f
     d = sshd_factory()
     kh = write_known_hosts(tmp_path / "known_hosts", f"[127.0.0.1]:{d.port} {OTHER_KEY}")
     before = kh.read_text()
-    (r,) = fleet.scan_fleet(inventory({"pve1": d.port}, keys, kh, cts), connect=connector(accept_new=True))
+    (r,) = fleet.scan_fleet(inventory({"pve1": d.port}, keys, kh, cts),
+                            connect=connector(accept_new=True, known_hosts=str(kh)))
     assert r.error.startswith(f"host key for pve1 (127.0.0.1:{d.port}) CHANGED"), r.error
     assert "man-in-the-middle" in r.error and r.findings[0].code == "LXF301"
     assert d.accepted() == 0
@@ -136,31 +151,69 @@ def test_accept_new_adds_the_key_once_and_scans(tmp_path, keys, sshd_factory, ct
     d = sshd_factory()
     kh = write_known_hosts(tmp_path / "known_hosts")
     hosts = inventory({"pve1": d.port, "pve2": d.port, "pve3": d.port}, keys, kh, cts)
-    reports = fleet.scan_fleet(hosts, concurrency=3, connect=connector(accept_new=True))
+    reports = fleet.scan_fleet(hosts, concurrency=3, connect=connector(accept_new=True, known_hosts=str(kh)))
     assert [r.error for r in reports] == [None, None, None]
     assert kh.read_text() == d.known_hosts_line() + "\n"  # appended once, though 3 hosts raced for it
-    # now known: the strict default scans it
+    # now known: the strict default scans it (the inventory's lxcfix_known_hosts is that file)
     (r,) = fleet.scan_fleet(hosts[:1], connect=connector())
     assert r.error is None and codes(r) == codes(reports[0])
 
 
-def test_inventory_accept_new_key_and_auth_failure_is_not_retried(tmp_path, keys, sshd_factory, cts):
+def test_accept_new_key_and_auth_failure_is_not_retried_nor_recorded(tmp_path, keys, sshd_factory, cts):
     d = sshd_factory()
     kh = write_known_hosts(tmp_path / "known_hosts")
     stranger = Keys.make(tmp_path / "stranger")
     (r,) = fleet.scan_fleet(
-        inventory({"pve1": d.port}, stranger, kh, cts, lxcfix_accept_new_host_keys="true"), connect=connector())
+        inventory({"pve1": d.port}, stranger, kh, cts, lxcfix_accept_new_host_keys="true"),
+        connect=connector(accept_new=True, known_hosts=str(kh)))
     assert r.error == f"authentication failed for root@pve1 (127.0.0.1:{d.port})", r.error
     assert d.wait_log("Connection closed by authenticating user root") == 1
     time.sleep(0.5)
     assert d.log_text().count("Connection closed by authenticating user root") == 1  # one try only
-    assert kh.read_text() == d.known_hosts_line() + "\n"  # the key was new, and accepted per the inventory
+    assert kh.read_text() == ""  # the key was new, but no login came of it: nothing recorded
+
+
+def test_inventory_known_hosts_is_checked_never_written(tmp_path, home, keys, sshd_factory, cts):
+    """accept-new writes the command line's known_hosts (else the user's), never the path an
+    inventory names: that file is only read."""
+    d = sshd_factory()
+    inv_kh = tmp_path / "inventory-chosen" / "known_hosts"  # neither the file nor its dir exists
+    cli_kh = write_known_hosts(tmp_path / "cli_known_hosts")
+    hosts = inventory({"pve1": d.port}, keys, inv_kh, cts, lxcfix_accept_new_host_keys="true")
+    (r,) = fleet.scan_fleet(hosts, connect=connector(accept_new=True, known_hosts=str(cli_kh)))
+    assert r.error is None, r.error
+    assert cli_kh.read_text() == d.known_hosts_line() + "\n"
+    assert not inv_kh.parent.exists()
+    # no --known-hosts: the user's own file (~/.ssh/known_hosts), still not the inventory's
+    (r,) = fleet.scan_fleet(hosts, connect=connector(accept_new=True))
+    assert r.error is None, r.error
+    assert (home / ".ssh/known_hosts").read_text() == d.known_hosts_line() + "\n"
+    assert not inv_kh.parent.exists()
+    # and a key the inventory's file does hold is checked: a strict scan with that file passes
+    inv_kh.parent.mkdir()
+    write_known_hosts(inv_kh, d.known_hosts_line())
+    (home / ".ssh/known_hosts").unlink()
+    (r,) = fleet.scan_fleet(hosts, connect=connector())
+    assert r.error is None, r.error
+    assert not (home / ".ssh/known_hosts").exists()
+
+
+def test_inventory_accept_new_alone_trusts_nothing(tmp_path, home, keys, sshd_factory, cts):
+    d = sshd_factory()
+    kh = tmp_path / "inv" / "known_hosts"
+    (r,) = fleet.scan_fleet(inventory({"pve1": d.port}, keys, kh, cts, lxcfix_accept_new_host_keys="true"),
+                            connect=connector())
+    assert r.error.startswith(f"host key for pve1 (127.0.0.1:{d.port}) is unknown"), r.error
+    assert r.error.endswith("lxcfix_accept_new_host_keys in the inventory alone trusts no key: "
+                            "the command line must say --accept-new-host-keys"), r.error
+    assert d.accepted() == 0
+    assert not kh.parent.exists() and not (home / ".ssh").exists()
 
 
 # ----------------------------------------------------------------- real scans, failures per host
 
 
-def test_remote_scan_matches_a_local_scan(tmp_path, keys, sshd_factory, cts):
+def test_remote_scan_matches_a_local_scan(tmp_path, keys, sshd_factory, cts, connections):
     d = sshd_factory()
     kh = write_known_hosts(tmp_path / "known_hosts", d.known_hosts_line())
     (r,) = fleet.scan_fleet(inventory({"hv": d.port}, keys, kh, cts), connect=connector())
@@ -171,7 +224,7 @@ def test_remote_scan_matches_a_local_scan(tmp_path, keys, sshd_factory, cts):
     assert "LXF100" in codes(r)[broken.name]
     assert [f for f in r.containers[1].findings if f.severity == "error"] == []
     assert codes(r) == local_codes(cts)  # over SSH, lxcfix sees what it sees locally
-    assert ssh.connection_counts() == {"hv": 1}
+    assert connections == {"hv": 1}
 
 
 def test_closed_port_is_lxf301_and_the_others_complete(tmp_path, keys, sshd_factory, cts):
@@ -239,7 +292,7 @@ def test_connection_killed_mid_scan(tmp_path, keys, sshd_factory, cts):
 # ----------------------------------------------------------------- many hosts, one connection each
 
 
-def test_many_hosts_one_connection_each_and_concurrency_bound(tmp_path, keys, sshd_factory, cts):
+def test_many_hosts_one_connection_each_and_concurrency_bound(tmp_path, keys, sshd_factory, cts, connections):
     d = sshd_factory()
     kh = write_known_hosts(tmp_path / "known_hosts", d.known_hosts_line())
     names = [f"pve{i}" for i in range(1, 7)]
@@ -277,7 +330,7 @@ def test_many_hosts_one_connection_each_and_concurrency_bound(tmp_path, keys, ss
     assert all(r.error is None for r in reports)
     expected = local_codes(cts)
     assert all(codes(r) == expected for r in reports)
-    assert ssh.connection_counts() == {n: 1 for n in names}  # one SSH connection per host ...
+    assert connections == {n: 1 for n in names}  # one SSH connection per host ...
     assert all(t.connections == 1 and t.attempts == 1 for t in transports)
     assert d.accepted() == 6  # ... as the server saw it
     assert 2 <= state["peak"] <= 3
@@ -286,7 +339,7 @@ def test_many_hosts_one_connection_each_and_concurrency_bound(tmp_path, keys, ss
 # ----------------------------------------------------------------- ssh config: ProxyJump
 
 
-def test_proxyjump_from_ssh_config(tmp_path, keys, sshd_factory):
+def test_proxyjump_from_ssh_config(tmp_path, keys, sshd_factory, connections):
     d = sshd_factory()
     kh = write_known_hosts(tmp_path / "known_hosts", d.known_hosts_line())
     cfg = tmp_path / "ssh_config"
@@ -305,7 +358,7 @@ Host bastion
   IdentityFile {keys.private}
   IdentitiesOnly yes
 """)
-    t = ssh.Ssh("target", ssh_config=str(cfg), known_hosts=str(kh))
+    t = ssh.Ssh("target", options=ssh.SshOptions(ssh_config=str(cfg), known_hosts=str(kh)))
     try:
         r = t.run(["sh", "-c", "echo $SSH_CONNECTION"])
         assert r.ok, r
@@ -314,7 +367,7 @@ Host bastion
     finally:
         t.close()
     assert d.accepted() == 2  # the bastion's login, then the target's, through the bastion
-    assert ssh.connection_counts() == {"target": 1, "bastion": 1}  # one connection each
+    assert connections == {"target": 1, "bastion": 1}  # one connection each
 
 
 # ----------------------------------------------------------------- a container over its own SSH
@@ -335,8 +388,7 @@ def test_container_over_its_own_ssh_proxycommand(tmp_path, keys, ssh_ct):
     c, hostkey = ssh_ct
     kh = write_known_hosts(tmp_path / "known_hosts", f"{c.name} {hostkey}")
     t = ssh.Ssh(f"hv/{c.name}", hostname=c.name, user="root", key_files=[str(keys.private)],
-                known_hosts=str(kh), proxy_argv=container_proxy_argv(c.name), ssh_config=None,
-                allow_agent=False, look_for_keys=False)
+                options=replace(NO_AGENT, known_hosts=str(kh)), proxy_argv=container_proxy_argv(c.name))
     try:
         r = t.run(["cat", "/etc/hostname"])
         assert r == type(r)(0, f"{c.name}-inside\n", "")
@@ -360,8 +412,8 @@ def test_container_over_its_own_ssh_proxycommand(tmp_path, keys, ssh_ct):
 def test_container_ssh_unknown_key_refused(tmp_path, keys, ssh_ct):
     c, _ = ssh_ct
     kh = write_known_hosts(tmp_path / "known_hosts")
-    t = ssh.Ssh("ct", hostname=c.name, user="root", key_files=[str(keys.private)], known_hosts=str(kh),
-                proxy_argv=container_proxy_argv(c.name), ssh_config=None, allow_agent=False, look_for_keys=False)
+    t = ssh.Ssh("ct", hostname=c.name, user="root", key_files=[str(keys.private)],
+                options=replace(NO_AGENT, known_hosts=str(kh)), proxy_argv=container_proxy_argv(c.name))
     with pytest.raises(ssh.HostKeyUnknown, match=r"^host key for ct \(proxy lxc-attach\) is unknown"):
         t.connect()
     t.close()
@@ -396,7 +448,8 @@ all:
     assert t2.run(["cat", "/etc/hostname"]).stdout == f"{c.name}-inside\n"
 
 
-def test_fleet_probe_goes_over_the_containers_own_ssh(tmp_path, keys, sshd_factory, container_factory, tun):
+def test_fleet_probe_goes_over_the_containers_own_ssh(tmp_path, keys, sshd_factory, container_factory, tun,
+                                                     connections):
     """The hypervisor over SSH, and the container named in lxcfix_ct_ssh probed over ITS OWN sshd
     (reached with a ProxyCommand from an ssh config): the probe's EPERM is the same as lxc-attach's."""
     d = sshd_factory()
@@ -409,11 +462,12 @@ def test_fleet_probe_goes_over_the_containers_own_ssh(tmp_path, keys, sshd_facto
     cfg.write_text(f"Host lxf-*\n  ProxyCommand {' '.join(container_proxy_argv('%h'))}\n")
     hosts = inventory({"hv": d.port}, keys, kh, [c], lxcfix_container_access="ssh",
                       lxcfix_ct_ssh=f"{{{c.name}: root@{c.name}}}")
-    (r,) = fleet.scan_fleet(hosts, connect=connector(ssh_config=str(cfg)))
+    conn = connector(ssh_config=str(cfg))
+    (r,) = fleet.scan_fleet(hosts, connect=conn, enter=conn.container)  # the run's SSH options, for containers too
     assert r.error is None, r.error
     assert "LXF200" in codes(r)[c.name]  # open() gave EPERM inside, seen through the container's sshd
     assert codes(r) == local_codes([c])
-    assert ssh.connection_counts() == {"hv": 1, f"hv/{c.name}": 1}
+    assert connections == {"hv": 1, f"hv/{c.name}": 1}
 
 
 # ---- the command line: lxcfix scan --inventory
@@ -461,3 +515,23 @@ def test_cli_scan_inventory_json_prometheus_and_exit_codes(tmp_path, keys, sshd_
 
     r = _cli("scan", "--inventory", str(inv), "--host", "nosuch")
     assert r.returncode == 2 and "no host or group 'nosuch'" in r.stderr
+
+
+def test_cli_bad_ssh_config_is_bad_input_before_any_host(tmp_path, keys):
+    """A missing or garbage --ssh-config is the admin's input: exit 2 with the reason, and no
+    host is contacted (the listener sees no connection), not every host "unreachable" (exit 3)."""
+    listener = SilentListener()
+    try:
+        kh = write_known_hosts(tmp_path / "known_hosts")
+        inv = _inventory_file(tmp_path, {"h1": listener.port}, keys, kh, [])
+        garbage = tmp_path / "garbage_config"
+        garbage.write_text("Host *\n  this is not an ssh config\n")
+        missing = tmp_path / "missing_config"
+        for cfg, why in ((missing, f"ssh config {missing}: no such file"),
+                         (garbage, f"ssh config {garbage}:2: unknown keyword 'this'")):
+            r = _cli("scan", "--inventory", str(inv), "--ssh-config", str(cfg), "--json")
+            assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+            assert why in r.stderr and "Traceback" not in r.stderr, r.stderr
+        assert listener.accepted == 0
+    finally:
+        listener.close()

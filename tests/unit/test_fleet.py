@@ -327,9 +327,12 @@ all:
     connect = fleet.ssh_connector(known_hosts="/cli/kh", accept_new=True, ssh_config=None, max_sessions=3)
     ta, tb, tc = connect(a), connect(b), connect(c)
     assert ta.kw["hostname"] == "10.0.0.1" and ta.kw["port"] == 2222 and ta.kw["user"] == "root"
-    assert ta.kw["key_files"] == ["/k/id"] and ta.kw["known_hosts"] == "/cli/kh" and ta.kw["accept_new"] is True
-    assert ta.kw["max_sessions"] == 3 and ta.kw["ssh_config"] is None
-    assert tb.kw["hostname"] == "b" and tb.kw["known_hosts"] == "/k/kh" and tb.kw["accept_new"] is False
+    oa, ob = ta.kw["options"], tb.kw["options"]
+    assert ta.kw["key_files"] == ["/k/id"] and oa.known_hosts == "/cli/kh" and oa.accept_new is True
+    assert oa.max_sessions == 3 and oa.ssh_config is None and ta.kw["known_hosts_extra"] == ()
+    # the inventory's known_hosts is checked as well; accept-new still writes only the command line's
+    assert tb.kw["hostname"] == "b" and tb.kw["known_hosts_extra"] == ("/k/kh",) and ob.accept_new is False
+    assert ob.known_hosts == "/cli/kh"
     assert isinstance(tc, Local) and tc.name == "c"
 
 
@@ -340,7 +343,7 @@ def test_container_transport():
     e = HostEntry("pve1", user="root", ct_ssh={"200": CtAddress("10.0.5.200", None, 2200)})
     t = fleet.container_transport(host, e, Proxmox(), "200", ssh_config=None)
     assert isinstance(t, ssh.Ssh) and t.name == "pve1/200" and t.dest == "10.0.5.200"
-    assert t._opts["port"] == 2200 and t._opts["user"] == "root"
+    assert t.port == 2200 and t.user == "root" and t.options.max_sessions == 2
     t2 = fleet.container_transport(host, e, Proxmox(), "201")
     assert isinstance(t2, ContainerExec) and t2.wrap(["true"]) == Proxmox().exec(host, "201").wrap(["true"])
     e_exec = HostEntry("pve1", container_access="exec", ct_ssh=e.ct_ssh)
@@ -392,9 +395,11 @@ Host ct*
 
 
 def test_explicit_missing_ssh_config_is_bad_input(tmp_path):
-    t = ssh.Ssh("x", ssh_config=str(tmp_path / "nope"))
+    t = ssh.Ssh("x", options=ssh.SshOptions(ssh_config=str(tmp_path / "nope")))
     with pytest.raises(BadInput, match="ssh config .*nope: no such file"):
         t.connect()
+    with pytest.raises(BadInput, match="ssh config .*nope: no such file"):
+        fleet.SshConnector(t.options)  # up front, before any host
 
 
 def test_ssh_errors_are_unreachable_not_oserror():
@@ -434,7 +439,7 @@ class Connector:
 
     def __init__(self, f: Fleet):
         self.f = f
-        self.real = fleet.SshConnector(ssh_config=None)
+        self.real = fleet.SshConnector(ssh.SshOptions(ssh_config=None))
 
     def __call__(self, entry):
         return self.f.connect(entry)
@@ -496,7 +501,8 @@ def test_unreachable_container_ssh_is_that_containers_lxf301(tmp_path):
     text = (f"all:\n  hosts:\n    h: {{lxcfix_ct_ssh: {{web: '127.0.0.1:{port}', vpn: '127.0.0.1:{port}'}},"
             " lxcfix_containers: [web]}\n")
     connector = Connector(f)
-    connector.real = fleet.SshConnector(ssh_config=None, tries=1, allow_agent=False, look_for_keys=False)
+    connector.real = fleet.SshConnector(ssh.SshOptions(ssh_config=None, tries=1, allow_agent=False,
+                                                       look_for_keys=False))
     (r,) = fleet.scan_fleet(entries(text), connect=connector, enter=connector.container)
     assert r.error is None and [c.ct for c in r.containers] == ["web"]
     (web_301,) = [x for x in r.containers[0].findings if x.code == "LXF301"]

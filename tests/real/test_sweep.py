@@ -1,0 +1,130 @@
+"""A host in two round trips (sweep.py), on real containers and a real sshd: the
+batched scan makes two commands per host after the connection, and finds
+exactly what the command-by-command path finds (codes, messages, evidence)."""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+
+from lxcfix import fleet, ssh
+from lxcfix.backends import Lxc
+from lxcfix.inventory import load
+from lxcfix.scan import scan_host
+from lxcfix.transport import Local
+
+from .sshd import Keys, Sshd, write_known_hosts
+
+TUN_BIND = "lxc.mount.entry = /dev/net/tun dev/net/tun none bind,create=file 0 0"
+TUN_ALLOW = "lxc.cgroup2.devices.allow = c 10:200 rwm"
+
+
+@pytest.fixture
+def cts(container_factory, tun, uvm):
+    """Three real containers: tun without a rule (LXF100/LXF200), tun allowed (clean), and a
+    driverless node of a dynamic major allowed by path (ENXIO inside), plus one stopped."""
+    node, major = uvm
+    broken = container_factory([TUN_BIND])
+    ok = container_factory([TUN_BIND, TUN_ALLOW])
+    dyn = container_factory([f"lxc.mount.entry = {node} dev/nvidia-uvm none bind,optional,create=file 0 0",
+                             f"lxc.cgroup2.devices.allow = c {major}:* rwm"])
+    stopped = container_factory([TUN_BIND], start=False)
+    assert broken.bpf_attached() and ok.bpf_attached() and dyn.bpf_attached()
+    return [broken, ok, dyn, stopped]
+
+
+def judged(report) -> dict:
+    """What was found, container by container: everything but timing."""
+    return {c.ct: sorted((f.code, f.message, f.evidence, f.device) for f in c.findings) for c in report.containers}
+
+
+class Counting:
+    """Counts what goes over a transport: commands (run) and file operations."""
+
+    def __init__(self, inner):
+        self.inner, self.name, self.local = inner, inner.name, inner.local
+        self.calls = collections.Counter()
+
+    def run(self, argv, **kw):
+        self.calls["run"] += 1
+        self.calls["run " + argv[0]] += 1
+        return self.inner.run(argv, **kw)
+
+    def read(self, path):
+        self.calls["read"] += 1
+        return self.inner.read(path)
+
+    def listdir(self, path):
+        self.calls["listdir"] += 1
+        return self.inner.listdir(path)
+
+    def isdir(self, path):
+        self.calls["isdir"] += 1
+        return self.inner.isdir(path)
+
+    def device_nodes(self, paths=None):
+        self.calls["device_nodes"] += 1
+        return self.inner.device_nodes(paths)
+
+    def local_path(self, path):
+        return self.inner.local_path(path)
+
+    def close(self):
+        self.inner.close()
+
+
+def test_local_scan_probes_every_container_in_two_commands(cts, env, monkeypatch):
+    monkeypatch.setenv("LXCFIX_PROC_DEVICES", env["LXCFIX_PROC_DEVICES"])
+    names = [c.name for c in cts]
+    local = Local(overrides={"/proc/devices": env["LXCFIX_PROC_DEVICES"]})
+    one_by_one = scan_host(local, Lxc(), names, probe=True, batch=False)
+    counted = Counting(local)
+    batched = scan_host(counted, Lxc(), names, probe=True)
+    assert judged(batched) == judged(one_by_one)
+    broken, ok, dyn, stopped = cts
+    codes = {c.ct: {f.code for f in c.findings} for c in batched.containers}
+    assert {"LXF100", "LXF200"} <= codes[broken.name] and not codes[ok.name] - {"LXF111"}
+    assert batched.notes == ()
+    # the live state of every container, then every probe: two commands (host facts are read before)
+    sweeps = counted.calls["run python3"]
+    assert sweeps == 2, counted.calls
+    assert counted.calls["run lxc-attach"] == 0 and counted.calls["run lxc-info"] == 0, counted.calls
+
+
+def test_fleet_scan_is_two_commands_per_host_and_finds_what_a_local_scan_finds(tmp_path, cts, env, monkeypatch):
+    names = [c.name for c in cts]
+    keys = Keys.make(tmp_path / "client")
+    d = Sshd.start(tmp_path / "sshd", keys)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    try:
+        kh = write_known_hosts(tmp_path / "known_hosts", d.known_hosts_line())
+        text = "\n".join([
+            "all:", "  hosts:", "    hv:",
+            "      ansible_host: 127.0.0.1", f"      ansible_port: {d.port}", "      ansible_user: root",
+            f"      ansible_ssh_private_key_file: {keys.private}", "      lxcfix_backend: lxc",
+            f"      lxcfix_containers: [{', '.join(names)}]",
+        ]) + "\n"
+        entries = list(load(text, "inv.yaml").hosts)
+        made = []
+        connect = fleet.SshConnector(ssh.SshOptions(known_hosts=str(kh), ssh_config=None, allow_agent=False,
+                                                    look_for_keys=False))
+
+        def counting_connect(entry):
+            t = Counting(connect(entry))
+            made.append(t)
+            return t
+
+        # The remote host's /proc/devices is this machine's: its majors name no nvidia-uvm,
+        # so compare with a local scan that reads the same file.
+        monkeypatch.delenv("LXCFIX_PROC_DEVICES", raising=False)
+        (r,) = fleet.scan_fleet(entries, connect=counting_connect, enter=connect.container)
+        local = scan_host(Local(), Lxc(), names, probe=True, batch=False)
+        assert r.error is None and r.notes == (), (r.error, r.notes)
+        assert judged(r) == {k: [(c, m.replace("localhost", "hv"), e, dv) for c, m, e, dv in v]
+                             for k, v in judged(local).items()} or judged(r) == judged(local)
+        (t,) = made
+        assert t.calls["run"] == 2, t.calls  # the sweep, then every probe
+        assert t.calls["read"] == t.calls["listdir"] == t.calls["isdir"] == 0, t.calls
+    finally:
+        d.stop()
