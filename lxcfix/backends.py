@@ -13,10 +13,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from . import bpf, sweep
+from typing import TYPE_CHECKING
+
 from .errors import BadInput
 from .model import LXC_NAME, VMID, Result
 from .transport import ContainerExec, Transport, env_path
+
+if TYPE_CHECKING:
+    from .sweep import Live
 
 
 def _listdir(transport: Transport, path: str) -> list[str]:
@@ -44,8 +48,10 @@ class LiveTools:
     def _lxc_args(self, ct: str) -> list[str]:
         return ["-n", ct]
 
-    def live_template(self) -> sweep.Live:
+    def live_template(self) -> "Live":
         """The same argv, with `{ct}` for the container: what a sweep runs for every container."""
+        from . import bpf, sweep
+
         return sweep.Live(self.status_argv("{ct}"), self.pid_argv("{ct}"), bpf.cgroup_candidates(self.name, "{ct}"))
 
     def init_pid(self, t: Transport, ct: str) -> int | None:

@@ -12,9 +12,8 @@ never output.
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass
-from importlib import resources
-from pathlib import Path
 from typing import Iterable, NamedTuple
 
 from . import devices
@@ -35,19 +34,25 @@ class RenderError(RuntimeError):
     pass
 
 
-def _templates():
-    """The installed `lxcfix.templates` package; in a source checkout that was
-    not installed, the top-level templates/ folder it is built from."""
-    try:
-        return resources.files("lxcfix.templates")
-    except ModuleNotFoundError:
-        return Path(__file__).resolve().parent.parent / "templates"
+@functools.lru_cache(maxsize=1)
+def _templates() -> str:
+    """Where the templates are: the installed `lxcfix.templates` package (a
+    directory beside this module's package), or, in a source checkout that was
+    not installed, the top-level templates/ folder it is built from. A plain
+    path: importlib.resources costs start-up time every command pays."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("lxcfix.templates")
+    if spec is not None and spec.submodule_search_locations:
+        return list(spec.submodule_search_locations)[0]
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "templates")
 
 
 def _load(name: str):
     try:
-        text = _templates().joinpath(name).read_text(encoding="utf-8")
-    except (FileNotFoundError, OSError):
+        with open(os.path.join(_templates(), name), encoding="utf-8") as f:
+            text = f.read()
+    except OSError:
         return None
     return text, None, lambda: True
 
