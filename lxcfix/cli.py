@@ -200,7 +200,7 @@ def _fleet(req: FleetRequest, show_progress: bool) -> list[HostReport]:
         task = bar.add_task("scanning", total=len(entries))
         return fleet.scan_fleet(entries, concurrency=req.concurrency, per_host=4, probe=req.probe, style=req.style,
                                 progress=lambda h, done, total: bar.update(task, completed=done, description=h),
-                                connect=connect, keep_context=req.keep_context)
+                                connect=connect, enter=connect.container, keep_context=req.keep_context)
 
 
 # ---- commands

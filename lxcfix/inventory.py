@@ -36,7 +36,8 @@ ansible_* keys are ignored. lxcfix's own keys (inventory/README.md):
     lxcfix_container_access      auto | exec | ssh: how the probe enters containers
     lxcfix_ct_ssh                {ct: "[user@]host[:port]"}: containers reached over their own SSH
     lxcfix_known_hosts           known_hosts file to check these hosts' keys against (read only)
-    lxcfix_accept_new_host_keys  true: trust unknown host keys (never changed ones)
+    lxcfix_accept_new_host_keys  false: check these hosts strictly even with --accept-new-host-keys
+                                 (true does not trust new keys: only the command line can)
     lxcfix_pve_node              this host's Proxmox node name (default: its /etc/hostname)
     lxcfix_lxc_path              plain LXC lxcpath (default /var/lib/lxc)
     lxcfix_pve_dir               Proxmox config filesystem (default /etc/pve)

@@ -4,7 +4,8 @@
     t = Ssh("pve1", hostname="10.0.0.11", user="root", key_files=["~/.ssh/id_ed25519"], options=opts)
     t.connect()                        # raises an SshError subclass with a one-line reason
     t.run(["cat", "/proc/devices"])    -> Result(0, "Character devices:\\n...", "")
-    t.run(["yes"])                     -> Result(125, "y\\ny\\n...(1 MiB)", "yes: output exceeded 1048576 bytes on stdout; stopped")
+    t.run(["yes"])                     -> Result(125, "y\\ny\\n..." (1 MiB),
+                                             "yes: output exceeded 1048576 bytes on stdout; stopped")
     t.read("/etc/pve/lxc/200.conf")    -> b"arch: amd64\\n..."   (SFTP; `head -c` when there is none)
     t.read("/run/a-fifo")              -> OSError(EINVAL, "not a regular file")
     t.listdir("/etc/pve/lxc")          -> ["200.conf", "201.conf"]
@@ -16,9 +17,10 @@ known_hosts file) are Ssh's own arguments. SshOptions.check() raises BadInput fo
 that cannot work (a missing or unparsable --ssh-config, a known_hosts that is a directory,
 a zero timeout) before any host is contacted.
 
-argv is joined with shlex.join here and nowhere else. One paramiko Transport
-per host; each run() opens a session channel on it, so threads may share one
-Ssh (at most `max_sessions` channels at once, under sshd's MaxSessions of 10).
+argv is joined with shlex.join here and nowhere else (its stdin is /dev/null
+there unless input= is given). One paramiko Transport per host; each run()
+opens a session channel on it, so threads may share one Ssh (at most
+`max_sessions` channels at once, under sshd's MaxSessions of 10).
 A failed command is a Result; a connection that cannot be made or is lost, or a
 server that stops answering, is an SshError (an lxcfix.errors.Unreachable), never
 an OSError, so callers that treat OSError as "file missing" cannot mistake a dead
@@ -27,9 +29,9 @@ host for an empty one.
 The remote side is hostile: run() reads at most max_output bytes of stdout and of
 stderr (past that the channel is closed: rc 125), and gives up at its timeout (rc 124);
 a command's output is complete only once the channel's EOF came, since sshd may send
-the exit status before the last of the output. Every SFTP operation has a deadline
-(op_timeout; OperationTimedOut after it, and that host's SFTP is not used again), and
-read() refuses what is not a regular file (a FIFO would block the server) and
+the exit status before the last of the output. Every SFTP operation, and the server's
+answer to starting a command, has a deadline (op_timeout; OperationTimedOut after it, and
+a host whose SFTP timed out is not asked over SFTP again), and read() refuses what is not a regular file (a FIFO would block the server) and
 anything over max_read bytes.
 
 Host keys are checked strictly against known_hosts (system + user files, or
@@ -56,6 +58,8 @@ import errno
 import fnmatch
 import getpass
 import hashlib
+import heapq
+import itertools
 import os
 import re
 import select
@@ -712,7 +716,8 @@ class Ssh(_Commands):
                                     "(not an SSH server, or it is stuck)") from None
             if ep.proxy_argv:
                 raise ConnectFailed(f"proxy command for {self.name} failed: {text}") from None
-            if isinstance(e, (socket.timeout, TimeoutError)) or "timeout" in text.lower():
+            if isinstance(e, (socket.timeout, TimeoutError)) or "timeout" in text.lower() \
+                    or "No existing session" in text:  # paramiko's word for a key exchange cut short
                 raise _Transient(f"SSH handshake with {ep.hostname}:{ep.port} timed out") from None
             if closed or "banner" in text.lower():
                 raise _Transient(f"connection closed by {ep.hostname}:{ep.port} during the SSH handshake") from None
@@ -764,14 +769,21 @@ class Ssh(_Commands):
 
     # commands
 
-    def run(self, argv: Sequence[str], *, input: str | None = None, timeout: float | None = 60) -> Result:
-        return self._run(argv, input, timeout, self.options.max_output)
+    def run(self, argv: Sequence[str], *, input: str | None = None, timeout: float | None = 60,
+            max_output: int | None = None) -> Result:
+        """max_output: this command's cap on stdout and on stderr, each (default options.max_output),
+        for a caller that bounds a bigger answer itself (a sweep's framed output)."""
+        return self._run(argv, input, timeout, max_output or self.options.max_output)
 
     def _run(self, argv: Sequence[str], input: str | None, timeout: float | None, cap: int) -> Result:
         argv = list(argv)
         if not argv:
             raise ValueError("empty argv")
-        command = shlex.join(argv)
+        # No input: stdin from /dev/null over there rather than an EOF from here. paramiko's
+        # shutdown_write() builds the EOF under the channel lock but sends it outside, so after a
+        # fast command the transport thread can send our CLOSE first, and sshd drops the whole
+        # connection for an EOF on a closed channel.
+        command = shlex.join(argv) + (" </dev/null" if input is None else "")
         t = self._transport()
         with self._sessions:
             try:
@@ -783,7 +795,7 @@ class Ssh(_Commands):
             try:
                 return self._exec(chan, t, argv, command, input, timeout, cap)
             finally:
-                chan.close()
+                _close(chan)
 
     def _exec(self, chan: paramiko.Channel, t, argv, command: str, input: str | None, timeout,
               cap: int) -> Result:
@@ -791,15 +803,14 @@ class Ssh(_Commands):
         try:
             _answered(chan, self.options.op_timeout, lambda: chan.exec_command(command),
                       f"{self.name} did not start {argv[0]}")
-            if input is None:
-                chan.shutdown_write()
-            else:  # fed from a thread: a command may write more than a window before it reads it all
+            if input is not None:  # fed from a thread: a command may write more than a window before it reads it all
                 data = input.encode("utf-8", "surrogateescape")
 
                 def feed():
                     try:
                         chan.sendall(data)
-                        chan.shutdown_write()
+                        if not (chan.closed or chan.exit_status_ready()):  # (the EOF race above)
+                            chan.shutdown_write()
                     except (paramiko.SSHException, EOFError, OSError):
                         pass  # the channel closed: the reader sees it
 
@@ -823,7 +834,7 @@ class Ssh(_Commands):
                     buf += recv(65536)
                     if len(buf) > cap:
                         del buf[cap:]
-                        chan.close()
+                        _close(chan)
                         return Result(125, _text(out), _text(err) + _nl(err)
                                       + f"{argv[0]}: output exceeded {cap} bytes on {what}; stopped")
             # sshd may send the exit status before the last of the output: done only at EOF
@@ -873,10 +884,10 @@ class Ssh(_Commands):
                 _answered(chan, op, lambda: chan.invoke_subsystem("sftp"), f"SFTP on {self.name}")
                 self._sftp = paramiko.SFTPClient(chan)
             except (OperationTimedOut, TimeoutError):
-                chan.close()
+                _close(chan)
                 self._stuck(f"SFTP on {self.name}")
             except (paramiko.SSHException, EOFError, OSError):
-                chan.close()
+                _close(chan)
                 if not t.is_active():
                     raise ConnectionLost(f"connection to {self.name} lost") from None
                 self._sftp_failed = True  # no sftp subsystem: fall back to commands
@@ -999,28 +1010,89 @@ _READ_SCRIPT = ('if [ -e "$1" ] && [ ! -f "$1" ]; then echo "$1: not a regular f
                 'exec head -c "$2" -- "$1"')
 
 
+class _Deadlines:
+    """One thread for the deadlines of every pending channel request (a threading.Timer per
+    request would start a thread per command: ~2 ms each)."""
+
+    def __init__(self):
+        self._cv = threading.Condition()
+        self._heap: list = []  # (when, seq, _Pending)
+        self._seq = itertools.count()
+        self._thread: threading.Thread | None = None
+
+    def add(self, seconds: float, pending: _Pending) -> None:
+        with self._cv:
+            heapq.heappush(self._heap, (time.monotonic() + seconds, next(self._seq), pending))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="lxcfix-ssh-deadlines", daemon=True)
+                self._thread.start()
+            self._cv.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while not self._heap or self._heap[0][0] > time.monotonic():
+                    if self._heap and self._heap[0][2].done:
+                        heapq.heappop(self._heap)  # answered in time: forget it now
+                        continue
+                    self._cv.wait(self._heap[0][0] - time.monotonic() if self._heap else None)
+                _, _, due = heapq.heappop(self._heap)
+            try:
+                due.expire()
+            except Exception:  # this thread serves every deadline: it must not die
+                pass
+
+
+class _Pending:
+    """A channel request waiting for its reply: expire() (the deadline) and finish() (the reply)
+    race; whichever comes first wins, under the lock."""
+
+    def __init__(self, chan: paramiko.Channel):
+        self.chan = chan
+        self.lock = threading.Lock()
+        self.done = False
+        self.fired = False
+
+    def expire(self) -> None:
+        with self.lock:
+            if self.done:
+                return
+            self.fired = self.done = True
+        _close(self.chan)  # ends paramiko's wait for the reply
+
+    def finish(self) -> bool:
+        """True when the reply came in time (the channel is still open)."""
+        with self.lock:
+            self.done = True
+            return not self.fired
+
+
+_DEADLINES = _Deadlines()
+
+
 def _answered(chan: paramiko.Channel, seconds: float, request, what: str) -> None:
     """request() (a channel request that waits for the server's reply: exec, subsystem), or
     OperationTimedOut after `seconds`. paramiko waits for that reply with no limit; closing the
     channel ends the wait."""
-    fired = threading.Event()
-
-    def expire():
-        fired.set()
-        chan.close()
-
-    timer = threading.Timer(seconds, expire)
-    timer.daemon = True
-    timer.start()
+    pending = _Pending(chan)
+    _DEADLINES.add(seconds, pending)
     try:
         request()
     except (paramiko.SSHException, EOFError, OSError):
-        if not fired.is_set():
+        if pending.finish():
             raise
-    finally:
-        timer.cancel()
-    if fired.is_set():
-        raise OperationTimedOut(f"{what}: no answer within {seconds:g}s")
+    else:
+        if pending.finish():
+            return
+    raise OperationTimedOut(f"{what}: no answer within {seconds:g}s")
+
+
+def _close(chan: paramiko.Channel) -> None:
+    """Close a channel; on a dead connection sending the CLOSE raises, and nothing is left to do."""
+    try:
+        chan.close()
+    except (paramiko.SSHException, EOFError, OSError):
+        pass
 
 
 def _closed_by_peer(e: BaseException) -> bool:

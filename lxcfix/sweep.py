@@ -36,6 +36,7 @@ from typing import Sequence
 from .model import Result
 
 MAX_TOTAL = 64 * 1024 * 1024  # a sweep of a big host: configs, /dev, programs
+MAX_WIRE = 32 * 1024 * 1024  # what may come back for it, compressed
 MAX_RECORD = 16 * 1024 * 1024
 _HEADER = re.compile(rb"\n@@([0-9a-f]{32}) ([a-z_]{1,16}) ([0-9a-f]{0,8192}) ([0-9]{1,9})\n")
 

@@ -51,7 +51,11 @@ class Transport(Protocol):
     name: str
     local: bool
 
-    def run(self, argv: Sequence[str], *, input: str | None = None, timeout: float | None = 60) -> Result: ...
+    def run(self, argv: Sequence[str], *, input: str | None = None, timeout: float | None = 60,
+            max_output: int | None = None) -> Result:
+        """argv run there. max_output: bytes of stdout (and of stderr) to take, for a
+        command whose output is known to be big (a sweep); None: the transport's own cap."""
+        ...
 
     def read(self, path: str) -> bytes:
         """A regular file's bytes (at most MAX_READ); OSError when missing,
@@ -163,7 +167,7 @@ class Local:
     local = True
 
     def run(self, argv: Sequence[str], *, input: str | None = None, timeout: float | None = 60,
-            env: dict[str, str] | None = None) -> Result:
+            max_output: int | None = None, env: dict[str, str] | None = None) -> Result:
         try:
             proc = subprocess.run(
                 list(argv), input=input, capture_output=True, text=True,
@@ -216,7 +220,8 @@ class RootDir:
 
     path = local_path
 
-    def run(self, argv: Sequence[str], *, input: str | None = None, timeout: float | None = 60) -> Result:
+    def run(self, argv: Sequence[str], *, input: str | None = None, timeout: float | None = 60,
+            max_output: int | None = None) -> Result:
         name = os.path.basename(argv[0])
         try:
             return Result(0, read_regular(os.path.join(self.root, ".lxcfix", name)).decode("utf-8", "surrogateescape"), "")
@@ -264,8 +269,9 @@ class ContainerExec(_Commands):
         keep = [arg for k, v in CONTAINER_ENV.items() for arg in ("--set-var", f"{k}={v}")]
         return ["lxc-attach", "-n", self.ct, *where, "--clear-env", *keep, "--", *argv]
 
-    def run(self, argv: Sequence[str], *, input: str | None = None, timeout: float | None = 60) -> Result:
-        return self.inner.run(self.wrap(argv), input=input, timeout=timeout)
+    def run(self, argv: Sequence[str], *, input: str | None = None, timeout: float | None = 60,
+            max_output: int | None = None) -> Result:
+        return self.inner.run(self.wrap(argv), input=input, timeout=timeout, max_output=max_output)
 
     def read(self, path: str) -> bytes:
         result = self.run(["cat", "--", path])
@@ -293,7 +299,8 @@ class Failing(_Commands):
     reason: str
     local = False
 
-    def run(self, argv: Sequence[str], *, input: str | None = None, timeout: float | None = 60) -> Result:
+    def run(self, argv: Sequence[str], *, input: str | None = None, timeout: float | None = 60,
+            max_output: int | None = None) -> Result:
         return Result(255, "", self.reason)
 
     def read(self, path: str) -> bytes:
@@ -349,8 +356,9 @@ class Cached:
             raise value  # type: ignore[misc]
         return value
 
-    def run(self, argv: Sequence[str], *, input: str | None = None, timeout: float | None = 60) -> Result:
-        return self.inner.run(argv, input=input, timeout=timeout)
+    def run(self, argv: Sequence[str], *, input: str | None = None, timeout: float | None = 60,
+            max_output: int | None = None) -> Result:
+        return self.inner.run(argv, input=input, timeout=timeout, max_output=max_output)
 
     def read(self, path: str) -> bytes:
         if path.startswith(self._VOLATILE):
@@ -392,9 +400,10 @@ class Prefetched:
     def _norm(path: str) -> str:
         return path.rstrip("/") or "/"
 
-    def run(self, argv: Sequence[str], *, input: str | None = None, timeout: float | None = 60) -> Result:
+    def run(self, argv: Sequence[str], *, input: str | None = None, timeout: float | None = 60,
+            max_output: int | None = None) -> Result:
         hit = self.answers.runs.get(tuple(argv)) if input is None else None
-        return hit if hit is not None else self.inner.run(argv, input=input, timeout=timeout)
+        return hit if hit is not None else self.inner.run(argv, input=input, timeout=timeout, max_output=max_output)
 
     def read(self, path: str) -> bytes:
         a = self.answers

@@ -229,3 +229,11 @@ def test_silent_listener_is_reported_as_such_and_not_retried():
         assert listener.accepted == 1
     finally:
         listener.close()
+
+
+def test_a_caller_may_raise_the_cap_for_one_command(server, keys):
+    d, options = server()
+    with host(d, keys, options) as t:
+        r = t.run(["head", "-c", str(3 * MiB), "/dev/zero"], max_output=4 * MiB)
+        assert r.rc == 0 and len(r.stdout) == 3 * MiB
+        assert t.run(["head", "-c", str(3 * MiB), "/dev/zero"]).rc == 125  # the run's cap otherwise

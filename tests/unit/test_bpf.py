@@ -506,7 +506,7 @@ class FakeTransport:
         self.answers = answers
         self.calls: list[list[str]] = []
 
-    def run(self, argv, *, input=None, timeout=60):
+    def run(self, argv, *, input=None, timeout=60, max_output=None):
         argv = list(argv)
         self.calls.append(argv)
         for n in range(len(argv), 0, -1):

@@ -44,7 +44,7 @@ class FakeHost:
         if fail is not None and what.startswith(fail[0]):
             raise fail[1]
 
-    def run(self, argv, *, input=None, timeout=60) -> Result:
+    def run(self, argv, *, input=None, timeout=60, max_output=None) -> Result:
         self._maybe_fail("run " + argv[0])
         return self.inner.run(argv, input=input, timeout=timeout)
 
@@ -420,7 +420,7 @@ class ProbeOverSsh:
         self.name = name
         self.commands = []
 
-    def run(self, argv, *, input=None, timeout=60) -> Result:
+    def run(self, argv, *, input=None, timeout=60, max_output=None) -> Result:
         self.commands.append(list(argv))
         return Result(0, "lxcfix-probe 1\nnode /dev/net/tun exists=1 char=1 major=10 minor=200 open=ok\nend\n", "")
 

@@ -114,7 +114,7 @@ class Runner:
     calls: list = field(default_factory=list)
     enabled: bool = False
 
-    def run(self, argv, *, input=None, timeout=None):
+    def run(self, argv, *, input=None, timeout=None, max_output=None):
         self.calls.append(list(argv))
         for word, result in self.fail.items():
             if word in argv:
