@@ -30,6 +30,9 @@ OUTCOMES = (Applied, Audited, Hooked, Planned, Scanned, Shown)
 app = typer.Typer(
     add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False,
     help="Find, prove and safely repair broken device passthrough in Proxmox VE and LXC containers.",
+    # click's plain help formatter: typer's rich panel prints a type label beside every
+    # parameter, flags included (`--debug <bool>`); the plain one gives flags none, and
+    # every option that takes a value names it (metavar: --root DIR, --ct ID).
     rich_markup_mode=None,
 )
 
