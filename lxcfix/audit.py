@@ -26,9 +26,9 @@ the caller has them, else from the probe; otherwise the change says how to read 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from . import __version__, devices, fixes
+from . import __version__, causes, devices, fixes
 from .ctconfig import describe_edit
 from .errors import BadInput
 from .model import SEVERITY_ORDER, CtReport, Finding, Fix, HostFacts, HostReport
@@ -58,10 +58,12 @@ class AuditItem:
     kind: str = "config"  # "config" | "command" | "manual"
     device: str | None = None
     path: str | None = None  # the config file a "config" change goes in
+    cause: str = ""  # the cause id of the finding it comes from (lxcfix.causes), as scan's JSON gives it
 
     def to_json(self) -> dict:
         return {"code": self.code, "severity": self.severity, "message": self.why, "outcome": self.outcome,
-                "device": self.device, "change": self.change, "change_kind": self.kind, "path": self.path}
+                "device": self.device, "change": self.change, "change_kind": self.kind, "path": self.path,
+                "cause": self.cause}
 
 
 @dataclass(frozen=True)
@@ -181,15 +183,17 @@ class _Ct:
 
     def items(self) -> list[AuditItem]:
         out: list[AuditItem] = []
+        cause = dict(zip(map(id, self.c.findings), causes.ids(self.c.findings, self.facts)))
         for f in sorted(self.c.findings, key=lambda f: (f.code, f.device or "")):
             handler = _HANDLERS.get(f.code)
             got = handler(self, f) if handler else None
             if got is not None:
-                out.append(got)
+                out.append(replace(got, cause=cause[id(f)]))
         if self.ctx is not None:
-            for f in foresight.check(self.ctx, self.occasion, self.c.findings):
+            ahead = foresight.check(self.ctx, self.occasion, self.c.findings)
+            for f, cid in zip(ahead, causes.ids(ahead, self.facts)):
                 outcome = "will" if f.code == "LXF212" else "may"
-                out.append(self.item(f, outcome, f.message))
+                out.append(replace(self.item(f, outcome, f.message), cause=cid))
         return out
 
     # -- from findings

@@ -19,7 +19,7 @@ from typing import List, Optional
 
 import typer
 
-from . import __version__, report, repair
+from . import __version__, causes, report, repair
 from .errors import BadInput, ExitCode, LxcfixError
 from .gather import host_facts
 from .model import HostReport
@@ -28,22 +28,47 @@ from .outcome import Applied, Audited, Hooked, Planned, Scanned, Shown
 OUTCOMES = (Applied, Audited, Hooked, Planned, Scanned, Shown)
 
 app = typer.Typer(
-    add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+    add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False,
     help="Find, prove and safely repair broken device passthrough in Proxmox VE and LXC containers.",
+    # click's plain help formatter: typer's rich panel prints a type label beside every
+    # parameter, flags included (`--debug <bool>`); the plain one gives flags none, and
+    # every option that takes a value names it (metavar: --root DIR, --ct ID).
+    rich_markup_mode=None,
 )
 
+COLORS = ("auto", "always", "never")
+_color = {"mode": "auto"}  # --color; read when a console is made
+
+
+def color_options(mode: str) -> dict:
+    """rich Console options for --color: auto leaves it to rich (a terminal, and
+    NO_COLOR unset or empty); always colours a pipe too, even under NO_COLOR;
+    never writes no escape sequence at all."""
+    if mode == "always":
+        return {"force_terminal": True, "no_color": False, "color_system": "standard"}
+    if mode == "never":
+        return {"no_color": True, "color_system": None}
+    return {}
+
+
 class _Console:
-    """A rich Console made on first use: JSON and prometheus output never load rich."""
+    """A rich Console made on first use (JSON and prometheus output never load
+    rich), with the --color choice of the command line that made it."""
 
     def __init__(self, **options):
         self._options = options
+        self._console = None
+
+    def reset(self) -> None:
+        """Forget the console: the next use makes one with the current --color (and NO_COLOR)."""
         self._console = None
 
     def __getattr__(self, name):
         if self._console is None:
             from rich.console import Console
 
-            self._console = Console(highlight=False, soft_wrap=True, **self._options)
+            self._console = Console(highlight=False, soft_wrap=True, **color_options(_color["mode"]),
+                                    **self._options)
         return getattr(self._console, name)
 
 
@@ -99,7 +124,8 @@ def _print_host(rep: HostReport, show_ok: bool = True) -> None:
 
 
 def _print_findings(findings, ct_label: bool = True, evidence: bool = False) -> None:
-    for f in report.sort_findings(findings):
+    """Every finding, one by one (-v): containers in vmid order."""
+    for f in sorted(report.sort_findings(findings), key=lambda f: causes.ct_order(f.ct)):
         line = Text()
         if ct_label:
             line.append(clean(f"{f.ct:>8}  "))
@@ -115,6 +141,33 @@ def _print_findings(findings, ct_label: bool = True, evidence: bool = False) -> 
             say(f"{pad}  fix: {f.fix.title}", "green")
         if f.live_fixable:
             say(f"{pad}  fixable live, without a restart: lxcfix apply --ct {f.ct} --live", "green")
+
+
+CAUSE_STYLE = {**SEVERITY_STYLE, "proof": None, "fix": "green", "symptom": "dim", "note": "dim"}
+
+
+def _print_causes(findings, facts, where: str = "", snapshot: bool = False, fold: bool = False,
+                  indent: str = "") -> None:
+    """Findings grouped by cause (lxcfix.causes): the cause, its proof, the fix, then the symptoms."""
+    for cause in causes.group(findings, facts):
+        for text, role in causes.lines(cause, where, snapshot, fold):
+            if role in SEVERITY_STYLE:  # the cause itself: its severity coloured, the rest bold
+                line = Text(clean(indent))
+                line.append(clean(text[:causes.LABEL]), style=SEVERITY_STYLE[role])
+                line.append(clean(text[causes.LABEL:]), style="bold")
+                out.print(line)
+            else:
+                say(indent + text, CAUSE_STYLE.get(role))
+
+
+def _hint() -> None:
+    say("-v: every finding on its own; lxcfix explain CODE: what a code means, how lxcfix knows, the fix by hand",
+        "dim")
+
+
+def _where(root: str | None, host: str | None = None) -> str:
+    """The flags that reach the host a command was about, for the commands shown."""
+    return f" --root {root}" if root else (f" --host {host}" if host else "")
 
 
 def _print_diff(diff: str) -> None:
@@ -153,16 +206,26 @@ def _confirm(question: str) -> None:
 
 # ---- options shared by the commands
 
-RootOpt = typer.Option(None, "--root", help="Read a host snapshot laid out like the host's root.")
-HostOpt = typer.Option(None, "--host", help="Host to work on (default: this one).")
-CtOpt = typer.Option(..., "--ct", help="Container: Proxmox vmid or LXC name.")
-StyleOpt = typer.Option("auto", "--style", help="Fix style: auto, devn, path or numeric.")
-InventoryOpt = typer.Option(None, "--inventory",
+RootOpt = typer.Option(None, "--root", metavar="DIR", help="Read a host snapshot laid out like the host's root.")
+HostOpt = typer.Option(None, "--host", metavar="HOST", help="Host to work on (default: this one).")
+CtOpt = typer.Option(..., "--ct", metavar="ID", help="Container: Proxmox vmid or LXC name.")
+StyleOpt = typer.Option("auto", "--style", metavar="STYLE", help="Fix style: auto, devn, path or numeric.")
+InventoryOpt = typer.Option(None, "--inventory", metavar="FILE",
                             help="Inventory of hosts: Ansible YAML, or `ansible-inventory --list` JSON ('-': stdin).")
 AcceptNewOpt = typer.Option(False, "--accept-new-host-keys",
                             help="Trust and record unknown SSH host keys (never changed ones).")
-KnownHostsOpt = typer.Option(None, "--known-hosts", help="known_hosts file to check against (and to record in).")
-SshConfigOpt = typer.Option(None, "--ssh-config", help="ssh config file (default ~/.ssh/config).")
+KnownHostsOpt = typer.Option(None, "--known-hosts", metavar="FILE",
+                             help="known_hosts file to check against (and to record in).")
+SshConfigOpt = typer.Option(None, "--ssh-config", metavar="FILE", help="ssh config file (default ~/.ssh/config).")
+VerboseOpt = typer.Option(False, "--verbose", "-v", help="Every finding on its own, with its evidence.")
+
+
+def examples(*pairs: str, after: str = "") -> str:
+    """A command's --help epilog: real command lines, each under what it does
+    (click prints a paragraph that starts with \\b as it is)."""
+    rows = [(pairs[i], pairs[i + 1]) for i in range(0, len(pairs), 2)]
+    text = "Examples:\n\n" + "\n\n".join(f"\b\n  # {what}\n  {command}" for command, what in rows)
+    return text + (f"\n\n{after}" if after else "")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,7 +259,8 @@ def _fleet(req: FleetRequest, show_progress: bool) -> list[HostReport]:
     if req.cts:
         entries = [dataclasses.replace(e, containers=tuple(req.cts)) for e in entries]
     connect = fleet.SshConnector(options)
-    with Progress(console=err, disable=not (show_progress and err.is_terminal), transient=True) as bar:
+    # A terminal, not --color always: a progress bar must never land in a log.
+    with Progress(console=err, disable=not (show_progress and sys.stderr.isatty()), transient=True) as bar:
         task = bar.add_task("scanning", total=len(entries))
         return fleet.scan_fleet(entries, concurrency=req.concurrency, per_host=4, probe=req.probe, style=req.style,
                                 progress=lambda h, done, total: bar.update(task, completed=done, description=h),
@@ -206,20 +270,25 @@ def _fleet(req: FleetRequest, show_progress: bool) -> list[HostReport]:
 # ---- commands
 
 
-@app.command()
+@app.command(short_help="Every container of a host, snapshot or fleet: what is broken, and the fix.",
+             epilog=examples(
+                 "lxcfix scan", "every container on this host, probed inside when running",
+                 "lxcfix scan --root examples/pve-gpu-host", "a bundled host snapshot: no hypervisor needed",
+                 "lxcfix scan --inventory inventory/prod.yaml --json", "a fleet over SSH, one JSON document"))
 def scan(
     root: Optional[str] = RootOpt,
     inventory: Optional[str] = InventoryOpt,
     host: Optional[List[str]] = HostOpt,
-    ct: Optional[List[str]] = typer.Option(None, "--ct", help="Only these containers."),
+    ct: Optional[List[str]] = typer.Option(None, "--ct", metavar="ID", help="Only these containers."),
     no_probe: bool = typer.Option(False, "--no-probe", help="Config and host facts only; do not enter containers."),
     as_json: bool = typer.Option(False, "--json", help="One JSON document on stdout."),
-    fmt: str = typer.Option("table", "--format", help="table, json or prometheus."),
-    concurrency: int = typer.Option(8, "--concurrency", min=1, max=256, help="Hosts scanned at once."),
+    fmt: str = typer.Option("table", "--format", metavar="FORMAT", help="table, json or prometheus."),
+    concurrency: int = typer.Option(8, "--concurrency", metavar="N", min=1, max=256, help="Hosts scanned at once."),
     accept_new: bool = AcceptNewOpt,
     known_hosts: Optional[str] = KnownHostsOpt,
     ssh_config: Optional[str] = SshConfigOpt,
     style: str = StyleOpt,
+    verbose: bool = VerboseOpt,
 ) -> Scanned:
     """Diagnose every container on a host, snapshot or inventory of hosts, and show what to fix."""
     if fmt not in ("table", "json", "prometheus"):
@@ -238,34 +307,51 @@ def scan(
     elif fmt == "prometheus":
         sys.stdout.write(report.prometheus(hosts, time.time()))
     else:
+        any_findings = False
         for rep in hosts:
             if rep.error:
-                say(f"{rep.host}: unreachable (LXF301): {rep.error}", "bold red")
+                say(f"{rep.host}: unreachable: {rep.error} [LXF301]", "bold red")
                 continue
             _print_host(rep)
             for note in rep.notes:
                 say(f"note: {rep.host}: {note}", "dim", err)
-            findings = [f for c in rep.containers for f in c.findings]
+            where = _where(root, rep.host if inventory else None)
+            cts = sorted(rep.containers, key=lambda c: causes.ct_order(c.ct))
+            findings = [f for c in cts for f in c.findings]
             if findings:
+                any_findings = True
                 out.print()
-                _print_findings(findings)
-            pending = [c.ct for c in rep.containers if c.plan is not None and not c.plan.is_empty]
+                if verbose:
+                    _print_findings(findings)
+                for c in cts if not verbose else ():
+                    if c.findings:
+                        say(f"CT {c.ct}" + (f" ({c.status})" if c.status else ""), "bold")
+                        _print_causes(c.findings, rep.facts, where, snapshot=root is not None, fold=True,
+                                      indent="  ")
+            pending = [c.ct for c in cts if c.plan is not None and not c.plan.is_empty]
             if pending:
-                where = f" --root {root}" if root else (f" --host {rep.host}" if inventory else "")
                 say(f"fixes ready for CT {', '.join(pending)}: lxcfix plan --ct ID{where}")
             out.print()
         s = report.summary(hosts)
         out.print(f"{len(hosts)} host(s), {s['containers']} containers: {s['error']} errors, "
                   f"{s['warning']} warnings, {s['info']} info, {s['unreachable']} unreachable")
+        if any_findings and not verbose:
+            _hint()
     return Scanned(hosts)
 
 
-@app.command()
+@app.command(short_help="One container in depth: each cause, its proof and its fix.",
+             epilog=examples(
+                 "lxcfix diagnose --ct 200", "causes, proof from inside, the one command that fixes them",
+                 "lxcfix diagnose --ct 200 -v", "every finding with its evidence",
+                 "lxcfix diagnose --root examples/pve-gpu-host --ct 200 --json", "every finding, with its cause id"))
 def diagnose(
     ct: str = CtOpt, host: Optional[List[str]] = HostOpt, root: Optional[str] = RootOpt,
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help="One JSON document on stdout."),
+    verbose: bool = VerboseOpt,
 ) -> Scanned:
-    """One container in depth: findings with their evidence."""
+    """One container in depth: each cause, the proof (probed inside when it runs), the fix, then the findings
+    it explains."""
     target = repair.open_target(root, host)
     rep, c = repair.one(target, ct, probe=True)
     one = HostReport(rep.host, rep.backend, rep.facts, (c,))
@@ -276,11 +362,19 @@ def diagnose(
         say(f"CT {ct}{state} on {rep.host}: {c.path}", "bold")
         if not c.findings:
             say("no problems found", "green")
-        _print_findings(c.findings, ct_label=False, evidence=True)
+        elif verbose:
+            _print_findings(c.findings, ct_label=False, evidence=True)
+        else:
+            _print_causes(c.findings, rep.facts, _where(root), snapshot=root is not None)
+            _hint()
     return Scanned([one], "diagnose")
 
 
-@app.command()
+@app.command(short_help="The fix, as a unified diff of the config.",
+             epilog=examples(
+                 "lxcfix plan --ct 200", "the change apply would make (nothing when there is nothing to do)",
+                 "lxcfix plan --ct 200 --style path", "path-form rules instead, which survive a moved major",
+                 "lxcfix plan --root examples/pve-gpu-host --ct 201", "the fix for a bundled snapshot"))
 def plan(
     ct: str = CtOpt, host: Optional[List[str]] = HostOpt, root: Optional[str] = RootOpt, style: str = StyleOpt,
 ) -> Planned:
@@ -293,7 +387,12 @@ def plan(
     return Planned(c.plan)
 
 
-@app.command()
+@app.command(short_help="Apply the fix: back up, write, restart or --live, verify, roll back on failure.",
+             epilog=examples(
+                 "lxcfix apply --ct 200 --dry-run", "the diff and every step apply would take; nothing changes",
+                 "lxcfix apply --ct 200 --live", "fix the running container in place, without a restart",
+                 "cp -r examples/pve-gpu-host /tmp/snap && lxcfix apply --root /tmp/snap --ct 200 --no-restart --yes",
+                 "edit a copy of a snapshot (the checkout stays clean)"))
 def apply(
     ct: str = CtOpt, host: Optional[List[str]] = HostOpt, root: Optional[str] = RootOpt,
     dry_run: bool = typer.Option(False, "--dry-run", help="Show the diff and the steps; change nothing."),
@@ -328,11 +427,14 @@ def apply(
     return Applied(None)
 
 
-@app.command()
+@app.command(epilog=examples(
+    "lxcfix rollback --ct 200", "restore the newest backup apply took, and restart",
+    "lxcfix rollback --ct 200 --to /var/lib/lxcfix/backups/200/FILE.conf", "a given backup",
+    "lxcfix rollback --root /tmp/snap --ct 200 --no-restart", "in a snapshot apply edited"))
 def rollback(
     ct: str = CtOpt, host: Optional[List[str]] = HostOpt, root: Optional[str] = RootOpt,
-    to: Optional[str] = typer.Option(None, "--to", help="Backup file to restore (default: the newest)."),
-    no_restart: bool = typer.Option(False, "--no-restart"),
+    to: Optional[str] = typer.Option(None, "--to", metavar="FILE", help="Backup file to restore (default: the newest)."),
+    no_restart: bool = typer.Option(False, "--no-restart", help="Restore the file only."),
 ) -> Applied:
     """Restore a backup taken by apply."""
     result = repair.rollback(repair.open_target(root, host), ct, to, restart=not no_restart)
@@ -340,21 +442,29 @@ def rollback(
     return Applied(result)
 
 
-@app.command()
+@app.command(short_help="What breaks on the next reboot or driver upgrade, and the change that prevents it.",
+             epilog=examples(
+                 "lxcfix audit --for reboot", "every container that will or may break, and the exact change",
+                 "lxcfix audit --for driver-upgrade --to-driver 580.159.04 --markdown ticket.md",
+                 "a change ticket, ready to paste",
+                 "lxcfix audit --inventory inventory/prod.yaml --json", "a fleet, one JSON document"))
 def audit(
     root: Optional[str] = RootOpt,
     inventory: Optional[str] = InventoryOpt,
     host: Optional[List[str]] = HostOpt,
-    for_: str = typer.Option("reboot", "--for", help="reboot or driver-upgrade"),
-    to_driver: Optional[str] = typer.Option(None, "--to-driver", help="NVIDIA version the upgrade installs."),
+    for_: str = typer.Option("reboot", "--for", metavar="EVENT", help="reboot or driver-upgrade"),
+    to_driver: Optional[str] = typer.Option(None, "--to-driver", metavar="VERSION",
+                                            help="NVIDIA version the upgrade installs."),
     no_probe: bool = typer.Option(False, "--no-probe", help="Do not enter running containers."),
-    as_json: bool = typer.Option(False, "--json"),
-    markdown: Optional[str] = typer.Option(None, "--markdown", help="Also write a change-ticket report to FILE ('-': stdout)."),
-    fmt: str = typer.Option("table", "--format", help="table, json or markdown"),
-    concurrency: int = typer.Option(8, "--concurrency", min=1, max=256, help="Hosts audited at once."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON document on stdout."),
+    markdown: Optional[str] = typer.Option(None, "--markdown", metavar="FILE",
+                                           help="Also write a change-ticket report to FILE ('-': stdout)."),
+    fmt: str = typer.Option("table", "--format", metavar="FORMAT", help="table, json or markdown"),
+    concurrency: int = typer.Option(8, "--concurrency", metavar="N", min=1, max=256, help="Hosts audited at once."),
     accept_new: bool = AcceptNewOpt,
     known_hosts: Optional[str] = KnownHostsOpt,
     ssh_config: Optional[str] = SshConfigOpt,
+    verbose: bool = VerboseOpt,
 ) -> Audited:
     """What breaks on the next reboot or driver upgrade, and the exact change that prevents it."""
     from . import audit as audit_mod, hostfix
@@ -393,36 +503,67 @@ def audit(
     elif fmt == "markdown":
         sys.stdout.write(audit_mod.to_markdown(result, host_flags=flags))
     else:
-        _print_audit(result, for_)
+        _print_audit(result, for_, verbose)
     return Audited(result)
 
 
-def _print_audit(result, for_: str) -> None:
+def _print_audit(result, for_: str, verbose: bool = False) -> None:
     from . import audit as audit_mod
 
     s = audit_mod.summary(result)
     hosts = ", ".join(h.host for h in result.hosts)
     say(f"audit for {for_} on {hosts}: {s['will']} will break, {s['may']} may break, "
         f"of {s['containers']} containers", "bold")
-    for i in result.items:
-        line = Text(clean(f"{i.ct:>8}  "))
-        line.append(f"{i.code} ", style="bold")
-        line.append(f"{i.outcome:<5}", style="bold red" if i.outcome == "will" else "yellow")
-        line.append(clean(i.why + (f" [{i.device}]" if i.device else "")))
+    if verbose:
+        for i in result.items:
+            line = Text(clean(f"{i.ct:>8}  "))
+            line.append(f"{i.code} ", style="bold")
+            line.append(f"{i.outcome:<5}", style="bold red" if i.outcome == "will" else "yellow")
+            line.append(clean(i.why + (f" [{i.device}]" if i.device else "")))
+            out.print(line)
+            _print_change(i, "          ")
+        return
+    last = None
+    for group in causes.audit_groups(result.items):
+        first = group[0]
+        if (first.host, first.ct) != last:
+            last = (first.host, first.ct)
+            say(f"CT {first.ct}" + (f" on {first.host}" if len(result.hosts) > 1 else ""), "bold")
+        line = Text(f"  {first.outcome:<5}  ", style="bold red" if first.outcome == "will" else "yellow")
+        line.append(clean(f"{first.why} [{first.code}]"))
         out.print(line)
-        where = f"in {i.path}:" if i.kind == "config" else "run on the host:" if i.kind == "command" else "do:"
-        say(f"          {where}", "dim")
-        for text in i.change.splitlines():
-            say(f"            {text}", "green" if text.startswith("+") else "red" if text.startswith("-") else None)
+        shown = set()
+        for i in group:
+            if (i.kind, i.change, i.path) not in shown:
+                shown.add((i.kind, i.change, i.path))
+                _print_change(i, "         ")
+        for i in group[1:]:
+            say(f"         also: {i.why} [{i.code}]", "dim")
+    if result.items:
+        _hint()
 
 
-@app.command("host-fix")
+def _print_change(i, pad: str) -> None:
+    where = f"in {i.path}:" if i.kind == "config" else "run on the host:" if i.kind == "command" else "do:"
+    say(f"{pad}{where}", "dim")
+    for text in i.change.splitlines():
+        say(f"{pad}  {text}", "green" if text.startswith("+") else "red" if text.startswith("-") else None)
+
+
+@app.command("host-fix", short_help="A systemd unit that creates the NVIDIA nodes at boot, before guests (LXF112).",
+             epilog=examples(
+                 "lxcfix host-fix --dry-run", "the unit, as a diff, and the steps; nothing changes",
+                 "lxcfix host-fix --yes --now", "install and enable it, and create the nodes now",
+                 "lxcfix host-fix --gpu 0 --gpu 1 --yes", "only these GPUs' nodes"))
 def host_fix(
     root: Optional[str] = RootOpt, host: Optional[List[str]] = HostOpt,
-    dry_run: bool = typer.Option(False, "--dry-run"), yes: bool = typer.Option(False, "--yes", "-y"),
-    no_enable: bool = typer.Option(False, "--no-enable"), now: bool = typer.Option(False, "--now"),
-    modprobe: Optional[str] = typer.Option(None, "--nvidia-modprobe", help="Default: /usr/bin/nvidia-modprobe."),
-    gpu: Optional[List[int]] = typer.Option(None, "--gpu", help="GPU minor (repeat)"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Show the unit and the steps; change nothing."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask."),
+    no_enable: bool = typer.Option(False, "--no-enable", help="Install the unit without enabling it."),
+    now: bool = typer.Option(False, "--now", help="Also start it now."),
+    modprobe: Optional[str] = typer.Option(None, "--nvidia-modprobe", metavar="PATH",
+                                           help="Default: /usr/bin/nvidia-modprobe."),
+    gpu: Optional[List[int]] = typer.Option(None, "--gpu", metavar="MINOR", help="GPU minor (repeat)"),
 ) -> Applied:
     """Install a systemd unit that creates the NVIDIA nodes at boot, before guests start (LXF112)."""
     from . import hostfix
@@ -445,14 +586,22 @@ def host_fix(
     return Applied(r)
 
 
-@app.command("hook")
+@app.command("hook", short_help="Proxmox VE hookscript: re-check device rules at every start.",
+             epilog=examples(
+                 "lxcfix hook --print-snippet --mode heal > /var/lib/vz/snippets/lxcfix-hook.sh",
+                 "the snippet to install (chmod +x it)",
+                 "pct set 200 --hookscript local:snippets/lxcfix-hook.sh", "use it for CT 200",
+                 "lxcfix hook --mode fail 200 pre-start", "what Proxmox runs before CT 200 starts"))
 def hook(
-    vmid: Optional[str] = typer.Argument(None), phase: Optional[str] = typer.Argument(None),
-    mode: str = typer.Option("fail", "--mode", help="fail: refuse the start; heal: fix and go on"),
+    vmid: Optional[str] = typer.Argument(None, metavar="VMID", help="The container Proxmox starts or stops."),
+    phase: Optional[str] = typer.Argument(None, metavar="PHASE",
+                                          help="pre-start, post-start, pre-stop or post-stop."),
+    mode: str = typer.Option("fail", "--mode", metavar="MODE", help="fail: refuse the start; heal: fix and go on"),
     style: str = StyleOpt,
     print_snippet: bool = typer.Option(False, "--print-snippet", help="Print the hookscript snippet to install."),
 ) -> Hooked | Shown:
-    """Proxmox VE hookscript: pct set VMID --hookscript local:snippets/lxcfix-hook.sh"""
+    """Proxmox VE hookscript: re-check the container's device rules against the host's majors every time it
+    starts; refuse the start (--mode fail) or heal the config (--mode heal)."""
     from . import hook as hook_mod
 
     if mode not in hook_mod.MODES:
@@ -468,10 +617,13 @@ def hook(
     return Hooked(res.exit_code)
 
 
-@app.command()
+@app.command(short_help="What lxcfix knows about the host: majors, nodes, driver, cgroup layout.",
+             epilog=examples(
+                 "lxcfix facts", "this host",
+                 "lxcfix facts --root examples/pve-gpu-host --json", "a snapshot, as JSON"))
 def facts(
     host: Optional[List[str]] = HostOpt, root: Optional[str] = RootOpt,
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help="One JSON document on stdout."),
 ) -> Shown:
     """What lxcfix knows about the host: majors, nodes, driver, cgroup layout."""
     target = repair.open_target(root, host)
@@ -494,17 +646,70 @@ def facts(
     return Shown("facts")
 
 
+@app.command(short_help="What a finding code means, how lxcfix knows, the fix by hand.",
+             epilog=examples(
+                 "lxcfix explain LXF200", "one code (LXF200, lxf200 or 200)",
+                 "lxcfix explain", "every code, one line each",
+                 "lxcfix explain LXF210 --json", "as JSON"))
+def explain(
+    code: Optional[str] = typer.Argument(None, metavar="CODE", help="A finding code: LXF200, lxf200 or 200."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON document on stdout."),
+) -> Shown:
+    """What a finding code means, how lxcfix knows (the measured facts behind it), how to fix it by hand in
+    each style, and when it is a false alarm."""
+    from . import codes
+
+    if code is None:
+        if as_json:
+            _json({"schema": report.SCHEMA, "codes": [c.to_json() for c in codes.CODES.values()]})
+        else:
+            for text, role in codes.summary_lines():
+                say(text, SEVERITY_STYLE.get(role))
+            say("lxcfix explain CODE: the whole entry", "dim")
+        return Shown("explain")
+    found = codes.lookup(code)
+    if found is None:
+        raise BadInput(f"no finding code {code!r}: lxcfix explain lists them ({', '.join(codes.CODES)})")
+    if as_json:
+        _json({"schema": report.SCHEMA, **found.to_json()})
+        return Shown("explain")
+    style = {"title": "bold", "heading": "bold", "fix": "green", "table": None, "text": None}
+    for text, role in codes.explain(found.code):
+        say(text, style[role])
+    return Shown("explain")
+
+
 def _version(value: bool) -> None:
     if value:
         out.print(f"lxcfix {__version__}")
         raise typer.Exit(0)
 
 
-@app.callback()
+def _color_choice(value: str) -> str:
+    """--color, decided before anything prints (eager), so even --version honours it."""
+    if value not in COLORS:
+        raise BadInput(f"--color must be auto, always or never, not {value!r}")
+    _color["mode"] = value
+    out.reset()
+    err.reset()
+    return value
+
+
+@app.callback(epilog=examples(
+    "lxcfix scan --root examples/pve-gpu-host", "try it on a bundled host snapshot, no hypervisor needed",
+    "lxcfix diagnose --ct 200", "one container: the cause, the proof, the one command",
+    "lxcfix explain LXF210", "what a finding code means and how lxcfix knows",
+    after="Shell completion: lxcfix --install-completion (bash, zsh, fish, PowerShell: the shell you run it "
+          "from), or lxcfix --show-completion to put it where you want. NO_COLOR=1 or --color never: no "
+          "colours."))
 def _main(
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks for internal errors."),
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True),
+    color: str = typer.Option("auto", "--color", metavar="auto|always|never", callback=_color_choice,
+                              is_eager=True,
+                              help="Colour the output: auto (a terminal, unless NO_COLOR is set), always, never."),
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
 ) -> None:
+    """Find, prove and safely repair broken device passthrough in Proxmox VE and LXC containers."""
     if debug:
         os.environ["LXCFIX_DEBUG"] = "1"
 

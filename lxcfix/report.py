@@ -9,7 +9,11 @@ JSON schema 1 (`--json`, also documented in README.md):
                      "status": "error", "error": null,
                      "findings": [{"code": "LXF101", "severity": "error", "message": "...",
                                    "device": "/dev/nvidia-uvm", "evidence": [...], "fix": "...",
-                                   "live_fixable": null}],
+                                   "live_fixable": null, "cause": "cgroup-denies:nvidia"}],
+                     "causes": [{"id": "cgroup-denies:nvidia", "severity": "error", "code": "LXF101",
+                                 "title": "CT 200 cannot use the GPU: ...", "codes": [...],
+                                 "applies": true, "live_fixable": false,
+                                 "commands": ["lxcfix apply --ct 200"], "symptoms": 1}],
                      "plan": {"style": "devn", "style_reason": "...", "diff": "..."} | null}],
      "summary": {"containers": 3, "error": 2, "warning": 1, "info": 0, "unreachable": 0}}
 """
@@ -19,8 +23,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Iterable
 
-from . import __version__
-from .model import SEVERITY_ORDER, CtReport, Finding, HostReport
+from . import __version__, causes
+from .model import SEVERITY_ORDER, CtReport, Finding, HostFacts, HostReport
 
 SCHEMA = 1
 
@@ -58,7 +62,19 @@ def facts_json(host: HostReport) -> dict | None:
     }
 
 
-def container_json(c: CtReport, with_plan: bool = True) -> dict:
+def findings_json(findings: Iterable[Finding], facts: HostFacts | None = None) -> tuple[list[dict], list[dict]]:
+    """(findings, causes) as JSON: each finding with the id of its cause (lxcfix.causes),
+    so a machine can group them as the human output does."""
+    found = sort_findings(findings)
+    if not found:
+        return [], []
+    grouped = causes.group(found, facts)
+    cause_of = {id(f): c.id for c in grouped for f in c.symptoms}
+    return [{**f.to_json(), "cause": cause_of[id(f)]} for f in found], [c.to_json() for c in grouped]
+
+
+def container_json(c: CtReport, with_plan: bool = True, facts: HostFacts | None = None) -> dict:
+    findings, grouped = findings_json(c.findings, facts)
     return {
         "host": c.host,
         "ct": c.ct,
@@ -66,7 +82,8 @@ def container_json(c: CtReport, with_plan: bool = True) -> dict:
         "node": c.node,
         "status": ct_status(c.findings),
         "error": c.error,
-        "findings": [f.to_json() for f in sort_findings(c.findings)],
+        "findings": findings,
+        "causes": grouped,
         "plan": (
             {"style": c.plan.style, "style_reason": c.plan.style_reason, "diff": c.plan.diff()}
             if with_plan and c.plan is not None and not c.plan.is_empty else None
@@ -99,10 +116,10 @@ def document(command: str, hosts: list[HostReport], with_plan: bool = True) -> d
         "command": command,
         "hosts": [
             {"host": h.host, "backend": h.backend, "error": h.error, "seconds": round(h.seconds, 4),
-             "facts": facts_json(h), "findings": [f.to_json() for f in h.findings], "notes": list(h.notes)}
+             "facts": facts_json(h), "findings": findings_json(h.findings, h.facts)[0], "notes": list(h.notes)}
             for h in hosts
         ],
-        "containers": [container_json(c, with_plan) for h in hosts for c in h.containers],
+        "containers": [container_json(c, with_plan, h.facts) for h in hosts for c in h.containers],
         "summary": summary(hosts),
     }
 

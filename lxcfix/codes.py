@@ -1,0 +1,467 @@
+"""What each finding code means, for `lxcfix explain CODE` (like `ruff rule`). Pure data.
+
+    CODES["LXF210"] == Code(code="LXF210", severity="error", title="probe: cuInit failed ...",
+                            meaning="...", knows="...", fixes=(("devn", "..."), ...), false_alarm="...",
+                            table=H200)
+    explain("lxf210")  -> [(text, role), ...]      roles: "title", "heading", "text", "table", "fix"
+
+Every code in the README's finding table has an entry here, and every code the
+rules can emit is in that table (tests/unit/test_explain.py reads both): a new
+code needs its README row and an entry here. "How lxcfix knows" names the
+measured facts behind a check (the H200 ground truth, LXC's compiled programs),
+so an admin can judge a finding, not only obey it.
+"""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from dataclasses import dataclass
+
+# Measured on a real NVIDIA H200, driver 580.159.04 (open kernel module), cgroup v2: one device
+# denied at a time by a BPF device program on the process's cgroup
+# (tests/unit/fixtures/ground-truth/nvidia-h200-cgroup-deny.json; test_explain.py checks this copy).
+H200 = (
+    ("denied", "open() of that node", "cuInit(0)", "nvidia-smi -L"),
+    ("nothing (baseline)", "ok", "0 CUDA_SUCCESS", "lists the GPU, rc 0"),
+    ("nvidia-uvm (M:*)", "EPERM", "999 CUDA_ERROR_UNKNOWN", "works, rc 0"),
+    ("nvidia-uvm-tools only (M:1)", "EPERM", "0", "works, rc 0"),
+    ("nvidiactl (195:255)", "EPERM", "100 CUDA_ERROR_NO_DEVICE", "\"Failed to initialize NVML: Unknown Error\", rc 255"),
+    ("nvidia0 (195:0)", "EPERM", "100 CUDA_ERROR_NO_DEVICE", "\"No devices found.\", rc 0"),
+    ("all of 195", "EPERM", "100 CUDA_ERROR_NO_DEVICE", "\"Failed to initialize NVML: Unknown Error\", rc 255"),
+    ("nvidia-caps (non-MIG GPU)", "EPERM", "0", "works, rc 0"),
+)
+H200_WHERE = ("Measured on an NVIDIA H200, driver 580.159.04, cgroup v2, one device denied at a time: "
+              "the ground truth lxcfix's probe is tested against.")
+
+STYLES = ("devn", "path", "numeric")
+
+
+@dataclass(frozen=True)
+class Code:
+    code: str
+    severity: str
+    title: str
+    meaning: str
+    knows: str  # how lxcfix knows: the check and the measured facts behind it
+    fixes: tuple[tuple[str, str], ...]  # (style, or "any", how to fix it by hand)
+    false_alarm: str
+    table: tuple[tuple[str, ...], ...] = ()  # a measured table shown with `knows`
+
+    def to_json(self) -> dict:
+        return {"code": self.code, "severity": self.severity, "title": self.title, "meaning": self.meaning,
+                "how_lxcfix_knows": self.knows, "fix_by_hand": dict(self.fixes), "false_alarm": self.false_alarm,
+                "measured": [list(r) for r in self.table]}
+
+
+_DENIED_FIXES = (
+    ("devn", "Proxmox VE 8.1+: replace the node's bind mount with `devN: /dev/nvidia-uvm` (and one per node, "
+             "e.g. `dev1: /dev/nvidia-uvm-tools`); Proxmox stat()s the path at every start and emits the exact "
+             "allow rule itself, so a moved major cannot break it. NVIDIA nodes want `,mode=0666` (Proxmox "
+             "creates a devN node 0660 root:root unless told)."),
+    ("path", "`lxc.cgroup2.devices.allow: /dev/nvidia-uvm rwm` (Proxmox) or `lxc.cgroup2.devices.allow = "
+             "/dev/nvidia-uvm rwm` (LXC), one per node, next to its mount entry: LXC stat()s the path at every "
+             "start (LXC 4+). A path that is missing at start is skipped with 'Failed to parse device rule'."),
+    ("numeric", "`lxc.cgroup2.devices.allow: c MAJOR:* rwm` with the major from the host's /proc/devices "
+                "(`grep nvidia-uvm /proc/devices`); on a shared major (1, 4, 5, 7, 10, 13) the exact minor "
+                "instead: tun is `c 10:200 rwm`, fuse `c 10:229 rwm`, kvm `c 10:232 rwm`. A dynamic major breaks "
+                "again when it moves (LXF103)."),
+    ("any", "Restart the container, or change the running one in place: "
+            "`lxc-cgroup -n CT devices.allow 'c MAJOR:* rwm'`. `lxcfix apply --ct CT` (or `--live`) does "
+            "all of it with a backup, a verify and a rollback."),
+)
+
+_NVIDIA_NODE_FIXES = (
+    ("any", "Fix the node it names: EPERM (the cgroup) is LXF100/LXF200, a stale major LXF101, a node absent "
+            "inside LXF202/LXF112, a version mismatch LXF212. `lxcfix diagnose --ct CT` folds this finding "
+            "under that cause and shows the one command."),
+)
+
+CODES: dict[str, Code] = {c.code: c for c in (
+    Code(
+        "LXF100", "error",
+        "a device the container is given has no matching cgroup2 allow rule",
+        "The container is given a device node (a bind mount or a Proxmox devN entry) and the node is there "
+        "inside, but the container's cgroup v2 device policy does not allow its major:minor, so open() "
+        "inside gives EPERM even with mode crw-rw-rw-. LXC compiles the lxc.cgroup2.devices.allow/deny "
+        "lines into a BPF device program on the container's cgroup; a privileged container starts from "
+        "LXC's common.conf (`deny a`, then a short allowlist), so every other device must be allowed. "
+        "For /dev/nvidia-uvm the symptom is CUDA's 'unknown error' (999) while nvidia-smi looks fine.",
+        "lxcfix replays what lxc-start applies: the config, its includes (LXC's common.conf and "
+        "userns.conf, Proxmox's own files, or their built-in copies for a snapshot), Proxmox's generated "
+        "lines, LXC's list semantics (`allow a` and `deny a` switch modes; only rules of the mode's "
+        "polarity are compiled), and the host's majors from /proc/devices; then checks each given node. "
+        "Measured on LXC 5.0.2 and 6.0.4: a bind-mounted node whose major is not allowed gives EPERM, "
+        "and the BPF programs LXC attached were byte-identical to the ones lxcfix computes "
+        "(tests/unit/test_gpu_replay.py replays the programs read on an H200 host). A running container "
+        "is also probed inside (LXF200) and its attached program decoded (LXF121).",
+        _DENIED_FIXES,
+        "The host runs a hybrid cgroup layout (LXF300): cgroup2 rules are ignored there and v1 rules "
+        "count. Something outside the files lxcfix reads grants the device at start (a hookscript, an "
+        "lxc.hook that calls lxc-cgroup). An unprivileged container is in denylist mode and never gets "
+        "LXF100. When the container runs, the probe settles it: no LXF200 for the node means open() "
+        "works inside, and this finding is wrong (please report it).",
+    ),
+    Code(
+        "LXF101", "error",
+        "stale major: an allow rule points at a major the device no longer has",
+        "A numeric allow rule such as `c 508:* rwm` was written for a device whose major is dynamic; "
+        "the kernel gave the driver another major at its last load (nvidia-uvm 508 -> 511 after a reboot "
+        "or a driver upgrade), so the rule allows nothing and the device is denied (EPERM).",
+        "The rule's major is held by no driver in the host's /proc/devices, and a given device of the "
+        "same kind (and minor, when the rule has one) is denied at its current major: the two are "
+        "paired. The kernel hands out dynamic char majors at module load, from 254 down to 234 and then "
+        "511 down to 384; nvidia-uvm has been seen at 234, 238, 239, 487, 509 and 511.",
+        (("devn", "Replace the rule and the node's bind mounts with `devN: /dev/nvidia-uvm,mode=0666` "
+                  "entries (Proxmox VE 8.1+): they follow the major."),
+         ("path", "Replace the rule with `lxc.cgroup2.devices.allow: /dev/nvidia-uvm rwm` and "
+                  "`... /dev/nvidia-uvm-tools rwm`: resolved at every start."),
+         ("numeric", "Change the major to the current one (`grep nvidia-uvm /proc/devices`): "
+                     "`lxc.cgroup2.devices.allow: c 511:* rwm`. It breaks again at the next move."),
+         ("any", "Restart the container (or `lxcfix apply --ct CT --live`).")),
+        "The driver is not loaded right now, so its major is missing from /proc/devices and the rule "
+        "only looks stale: load the module (for NVIDIA, `nvidia-modprobe -u -c0`) and scan again. A "
+        "snapshot's proc/devices taken at another moment than its configs can mislead the same way.",
+    ),
+    Code(
+        "LXF102", "error",
+        "cgroup v1 device key on a cgroup v2 host (ignored silently)",
+        "`lxc.cgroup.devices.allow/deny` are cgroup v1 keys. On a host with the unified cgroup v2 "
+        "hierarchy (Proxmox VE 7+) LXC applies only `lxc.cgroup2.*`, so the rule does nothing and the "
+        "device stays denied. pve-container 6.1.6 warns that they will be an error; LXC 7.0 refuses them "
+        "('Unsupported config key') and the container does not start.",
+        "The host's layout comes from its mount table (/proc/self/mountinfo): one cgroup2 mount on "
+        "/sys/fs/cgroup is v2. A v1 rule whose v2 twin is also in the config (dual-stack configs) is fine "
+        "and not reported.",
+        (("any", "Rename the key and keep the value and its place: `lxc.cgroup.devices.allow: c 195:* rwm` "
+                 "becomes `lxc.cgroup2.devices.allow: c 195:* rwm` (the same in every style; `lxcfix apply` "
+                 "converts these first, then adds only what is still missing). Restart the container."),),
+        "On a hybrid or v1 host the v1 keys are the ones enforced (LXF300), and lxcfix does not report "
+        "them there.",
+    ),
+    Code(
+        "LXF103", "warning",
+        "numeric rule pins a dynamic major (breaks on reboot / driver upgrade)",
+        "A rule like `c 238:* rwm` for nvidia-uvm works today, but the kernel chooses that major when "
+        "the module loads. After the next reboot or driver upgrade it can be another one, and the device "
+        "is denied: EPERM, CUDA error 999 (then LXF101).",
+        "The rule's major belongs, in the host's /proc/devices, to a driver whose major is not fixed "
+        "(nvidia-uvm, nvidia-caps, kfd: the catalog knows which are static, e.g. 195 nvidia, 226 drm, "
+        "10 misc). `lxcfix audit --for reboot|driver-upgrade` lists these before maintenance.",
+        (("devn", "`devN: /dev/nvidia-uvm,mode=0666` (and one per node) instead of the rule and the bind "
+                  "mounts: `lxcfix plan --ct CT --style devn` writes it."),
+         ("path", "`lxc.cgroup2.devices.allow: /dev/nvidia-uvm rwm` per node instead of the numeric rule: "
+                  "`lxcfix plan --ct CT --style path` writes it."),
+         ("numeric", "No numeric rule survives a move: keep it, and run `lxcfix audit --for driver-upgrade` "
+                     "before each upgrade.")),
+        "Nothing is broken now: it is a warning. If something on the host pins the major itself (a "
+        "module option or a unit that recreates the node with a fixed number), the risk is gone; lxcfix "
+        "cannot see that.",
+    ),
+    Code(
+        "LXF104", "warning",
+        "over-broad rule",
+        "`a`, `c *:* rwm`, `b *:* rwm`, any block wildcard, or a wildcard minor on a shared major (1 "
+        "mem, 4/5 tty, 7 vcs, 10 misc, 13 input) grants far more than the device it was meant for: "
+        "`c 10:* rwm` for tun also grants /dev/mapper/control, /dev/loop-control, /dev/kvm and "
+        "/dev/btrfs-control. It is the rule that hides the next missing one, and the one copied from "
+        "forum answers.",
+        "The rule is parsed as LXC does; the shared majors are those the kernel's device list gives to "
+        "many unrelated drivers. lxcfix itself never writes such a rule.",
+        (("any", "Replace it with exact rules for what the container is given: `c 10:200 rwm` (tun), "
+                 "`c 10:229 rwm` (fuse), `c 10:232 rwm` (kvm), a path rule for dynamic majors. "
+                 "`lxcfix audit` shows the exact lines. Never applied for you: it takes "
+                 "access away, which is the admin's call."),),
+        "The container really needs broad device access (nested containers, a device manager inside): "
+        "then it is a choice, and the warning can be ignored.",
+    ),
+    Code(
+        "LXF110", "error",
+        "device allowed but not passed in",
+        "The config allows a device's major but gives the container no node for it: no lxc.mount.entry "
+        "and no devN entry. Inside, the node is absent, so whatever needs it fails; usually half of a "
+        "copied recipe.",
+        "Each allow rule is mapped to a device family through the host's /proc/devices and the catalog; "
+        "the given nodes come from mount entries (directory mounts included) and devN entries. fuse is "
+        "exempt: LXC's common.conf allows it, and Proxmox adds the mount for `features: fuse=1`.",
+        (("devn", "`devN: /dev/dri/renderD128` (Proxmox VE 8.1+): node and rule in one line."),
+         ("path", "`lxc.mount.entry: /dev/dri/renderD128 dev/dri/renderD128 none bind,optional,create=file`."),
+         ("numeric", "The same mount entry; the numeric rule you have stays.")),
+        "The container makes the node itself with mknod (common.conf allows `c *:* m`, so mknod works "
+        "and only open() is policed), or the rule is left over on purpose.",
+    ),
+    Code(
+        "LXF111", "warning",
+        "device bind mount without `optional` for a node that can be absent at start",
+        "A bind mount of a node that can be missing when the container starts (a driver not loaded "
+        "yet, /dev/nvidia-uvm before nvidia-modprobe, an unplugged USB adapter) without `optional`: "
+        "LXC then refuses to start the container.",
+        "The mount options are read from the entry; nodes a host always has once booted (/dev/net/tun, "
+        "/dev/fuse, /dev/kvm) are not reported.",
+        (("any", "Add `optional` (and `create=file`): `lxc.mount.entry: /dev/nvidia-uvm dev/nvidia-uvm none "
+                 "bind,optional,create=file`. A devN entry fails the start the same way when its path is "
+                 "missing: make the node exist at boot (`lxcfix host-fix`)."),),
+        "You want the start to fail without the device (no container is better than one without its "
+        "GPU): keep the mount as it is.",
+    ),
+    Code(
+        "LXF112", "error",
+        "device node missing on the host",
+        "A node the container is given does not exist on the host. /dev/nvidia-uvm appears only when "
+        "something runs `nvidia-modprobe -u -c=0` (or a CUDA program runs on the host as root), so "
+        "containers autostarted at boot come up without it. With devN the start fails ('Device /dev/x "
+        "does not exist'); with a mount lacking `optional` LXC refuses to start; with `optional` the "
+        "container starts without it (and `create=file` leaves an empty file: LXF203).",
+        "The host path is stat()ed (for a snapshot without dev/, the catalog and /proc/devices stand in). "
+        "Measured: `optional,create=file` with a missing source leaves a mode-000 regular file at the "
+        "target.",
+        (("any", "Create it now (`nvidia-modprobe -u -c0` for nvidia-uvm and nvidia-uvm-tools; "
+                 "`nvidia-modprobe -c0` for /dev/nvidia0), and at every boot before the guests start: "
+                 "`lxcfix host-fix --yes` installs lxcfix-nvidia-nodes.service "
+                 "(Before=pve-guests.service). Other devices: load the driver, or fix the path."),),
+        "The device is unplugged or removed on purpose. For a snapshot: it was taken while the module "
+        "was not loaded.",
+    ),
+    Code(
+        "LXF113", "warning",
+        "`/dev/dri/cardN` (or one of several renderD nodes): numbering can flip between boots",
+        "/dev/dri/card0 and renderD128 are named in probe order. After a reboot another GPU (or "
+        "simpledrm/efifb) can take card0, and the container gets the wrong GPU, or (devN) does not "
+        "start. /dev/dri/by-path names a GPU by its PCI address, which does not change.",
+        "The given path is a cardN node, or one of several renderD nodes on the host; the host's "
+        "/dev/dri/by-path links give the stable name when lxcfix can read them.",
+        (("any", "Pass the stable name in and keep the name inside: `lxc.mount.entry: "
+                 "/dev/dri/by-path/pci-0000:01:00.0-render dev/dri/renderD128 none bind,optional,create=file` "
+                 "(find yours with `ls -l /dev/dri/by-path/`). A privileged container also needs the "
+                 "rule: the path form `/dev/dri/by-path/pci-...-render rwm`, or `c 226:* rwm`. A devN "
+                 "entry keeps its path inside, so it cannot rename the node: use the mount."),),
+        "A host with one GPU and no simpledrm/efifb framebuffer: the index does not change.",
+    ),
+    Code(
+        "LXF120", "info",
+        "config has `lock:`; apply refuses",
+        "`lock: backup|migrate|snapshot|...`: Proxmox is working on the container (a backup, a migration, "
+        "a snapshot). Editing the config now can corrupt that operation, so lxcfix reports what it finds "
+        "but does not apply.",
+        "The `lock:` line of the config's main section.",
+        (("any", "Wait for the task to finish and run the command again. If the lock is stale (the task "
+                 "that set it died), `pct unlock VMID`."),),
+        "Informational: nothing is wrong with the devices because of it.",
+    ),
+    Code(
+        "LXF121", "warning",
+        "running allowlist (decoded from the BPF program) differs from the config",
+        "The device program attached to the running container's cgroup is not what the config on disk "
+        "compiles to: the config was edited without a restart, or the running program was changed live "
+        "(lxc-cgroup). The next restart changes what the container can open, for better or worse.",
+        "lxcfix reads the attached program with the bpf() syscalls (BPF_PROG_QUERY on the cgroup, "
+        "BPF_PROG_GET_FD_BY_ID, BPF_OBJ_GET_INFO_BY_FD for the translated instructions; bpftool as a "
+        "fallback) and decodes LXC's generated code (one block per rule, in reverse config order). "
+        "Measured: LXC 5.0.2 and 6.0.4 generate byte-identical programs, equal to what lxcfix encodes. "
+        "`lxc-info -c KEY` reads the file, not the running state, so it cannot tell.",
+        (("any", "Restart the container to load the config, or `lxcfix apply --ct CT --live` to make the "
+                 "running program match the (fixed) config."),),
+        "A deliberate live change not yet written down; or another tool attached its own device "
+        "program to the cgroup (programs are attached with ALLOW_MULTI).",
+    ),
+    Code(
+        "LXF130", "error",
+        "a config line or device rule LXC/Proxmox reject",
+        "A line that does not parse, or a device rule LXC cannot read: LXC logs 'Failed to parse device "
+        "rule' and starts the container without it (measured: the rules after it are still compiled), "
+        "so the device stays denied and nothing says so unless the log is read.",
+        "Proxmox's `key: value` lines and LXC's `key = value` lines are parsed as they do; a rule must "
+        "be `<a|b|c> <major|*>:<minor|*> <access>` with single spaces, or `/dev/path <access>`.",
+        (("any", "Rewrite the line: `c MAJOR:MINOR rwm` or `/dev/path rwm`; remove what is not a config "
+                 "line (Proxmox and LXC refuse to start with it)."),),
+        "A newer LXC or Proxmox accepting a syntax lxcfix does not know yet: please report it.",
+    ),
+    Code(
+        "LXF131", "error",
+        "config file cannot be read",
+        "The container's config could not be read (permissions, a vanished file, /etc/pve not "
+        "mounted): nothing was judged for it.",
+        "The read error itself is the evidence.",
+        (("any", "Run lxcfix as root; on Proxmox check that pmxcfs serves /etc/pve "
+                 "(`systemctl status pve-cluster`)."),),
+        "The container was deleted while the scan ran.",
+    ),
+    Code(
+        "LXF200", "error",
+        "probe: open() gives EPERM (cgroup denies)",
+        "Inside the running container, open() of a node that is the right character device with the "
+        "host's major:minor fails with EPERM. For a device node that is what the cgroup device policy "
+        "answers: the node is there, the mode allows it, the policy does not.",
+        "The probe (one exec inside: POSIX sh, plus python3 when present) stat()s and opens each given "
+        "node read-write and compares its numbers with the host's. Measured on LXC: a denied major gives "
+        "EPERM; an allowed major with no driver behind it gives ENXIO; mode/owner problems give EACCES "
+        "(LXF201). On the H200, every denied node gave EPERM.",
+        _DENIED_FIXES,
+        "If the running allowlist in the evidence already allows the node, the EPERM comes from "
+        "somewhere else (a driver that refuses the open itself, an LSM) and allowing it changes "
+        "nothing.",
+        table=H200,
+    ),
+    Code(
+        "LXF201", "error",
+        "probe: open() gives EACCES (mode/uid/gid, idmap, nodev)",
+        "open() inside fails with EACCES: not the cgroup (which answers EPERM) but the node's owner, "
+        "group or mode, the idmap, or a nodev mount. In an unprivileged container host-owned nodes show "
+        "as nobody:nogroup and only their 'other' bits count: the render/video group of "
+        "jellyfin, plex or frigate does not match.",
+        "The probe's errno. Measured: EACCES is decided before the driver is called, and the cgroup "
+        "never gives it.",
+        (("devn", "`devN: /dev/dri/renderD128,gid=GID` with GID the container's own render group "
+                  "(`pct exec CT -- getent group render`), or `,mode=0666`."),
+         ("path", "Map the host's group onto the container's: `lxc.idmap` lines that split `g 0 100000 "
+                  "65536` around GID, and `root:HOSTGID:1` in /etc/subgid."),
+         ("numeric", "The same idmap; or a udev rule on the host that makes the node 0666.")),
+        "The probe opens as the container's root; a service user may reach the node through a group "
+        "root inside does not have. Check with the service's own user.",
+    ),
+    Code(
+        "LXF202", "error",
+        "probe: expected node absent inside",
+        "A node the host has and the config passes in is not inside the running container: the mount "
+        "was skipped (optional, and the source was missing at start), or the container started before "
+        "the config got the device.",
+        "The probe stat()s the container-side path of each given node.",
+        (("any", "Make sure the host has the node before the start (for nvidia-uvm `nvidia-modprobe -u "
+                 "-c0`, and `lxcfix host-fix` for every boot), then restart the container. A device that "
+                 "is not passed in at all is LXF110: add the mount or devN entry."),),
+        "Something inside the container removes or remounts /dev after start.",
+    ),
+    Code(
+        "LXF203", "error",
+        "probe: path is not the expected char device",
+        "The path exists inside but is not the host's character device: an empty regular file that "
+        "`optional,create=file` leaves when the source was missing at start (measured), or a copied "
+        "node with old numbers (a stale node).",
+        "The probe checks S_ISCHR and major:minor, not existence: a file at /dev/nvidia-uvm is not a "
+        "device.",
+        (("any", "Make the host node exist before the container starts (`lxcfix host-fix` for NVIDIA), "
+                 "pass the host's node in (bind mount or devN) instead of a copy, and restart."),),
+        "None known.",
+    ),
+    Code(
+        "LXF210", "error",
+        "probe: cuInit failed (999: nvidia-uvm denied; 100: nvidiactl/GPU node denied)",
+        "CUDA's cuInit(0) fails inside the container. 999 CUDA_ERROR_UNKNOWN is what a denied "
+        "/dev/nvidia-uvm gives while nvidia-smi still lists the GPU, which is why this failure is so "
+        "confusing; 100 CUDA_ERROR_NO_DEVICE is a denied /dev/nvidiactl or /dev/nvidiaN; 35 and 803 are "
+        "a driver/library mismatch (LXF212). The CUDA runtime API reports the 999 case as error 30 "
+        "(cudaErrorUnknown).",
+        "The probe calls cuInit through the container's own libcuda (python3 ctypes), only when every "
+        "given NVIDIA node is already right, since the driver's calls can create nodes. What each denial "
+        "gives was measured one device at a time:",
+        _NVIDIA_NODE_FIXES,
+        "The probe runs cuInit as root in a cleared environment; a code lxcfix does not know is shown "
+        "as it is, with the nodes' states. If every node opens, the cause is not the cgroup.",
+        table=H200,
+    ),
+    Code(
+        "LXF211", "error",
+        "probe: NVML failed (\"Unknown Error\" / \"No devices found\")",
+        "nvidia-smi inside fails: 'Failed to initialize NVML: Unknown Error' (rc 255) when /dev/nvidiactl "
+        "is denied, 'No devices found.' (rc 0) when a /dev/nvidiaN is, 'Driver/library version "
+        "mismatch' when the container's libraries do not match the host's module (LXF212). A denied "
+        "nvidia-uvm does not show here: nvidia-smi keeps working (LXF210).",
+        "The probe runs `nvidia-smi -L` inside, only when the nodes are already right. Measured:",
+        _NVIDIA_NODE_FIXES,
+        "nvidia-smi missing or broken inside for reasons of its own (then the message says so and no "
+        "node is named).",
+        table=H200,
+    ),
+    Code(
+        "LXF212", "error",
+        "host driver and container userspace driver differ",
+        "The host's NVIDIA kernel module and the container's userspace libraries (libcuda.so.VERSION, "
+        "nvidia-smi) must be the same version: NVML says 'Driver/library version mismatch' and CUDA "
+        "fails (803, 35). It happens after every driver upgrade on the host.",
+        "The host's version from /proc/driver/nvidia/version; the container's from the probe "
+        "(libcuda.so.<version> it finds, or nvidia-smi).",
+        (("any", "Install the host's version in the container without its kernel module: "
+                 "`pct push CT NVIDIA-Linux-x86_64-VER.run /root/NVIDIA-Linux-x86_64-VER.run` then "
+                 "`pct exec CT -- sh /root/NVIDIA-Linux-x86_64-VER.run --no-kernel-module --silent` (LXC: "
+                 "copy it into the rootfs and use lxc-attach); or bind-mount the host's libraries."),),
+        "A deliberately newer libcuda from NVIDIA's forward-compatibility package (cuda-compat) on a "
+        "datacenter GPU, or several libcuda versions in the container where the one found is not the "
+        "one used.",
+    ),
+    Code(
+        "LXF300", "warning",
+        "hybrid/legacy cgroup layout: cgroup2 device rules are ignored",
+        "The host mounts cgroup v1 controllers beside (or instead of) the unified hierarchy. LXC then "
+        "logs 'Ignoring cgroup2 limits on legacy cgroup system' and ignores every "
+        "lxc.cgroup2.devices line; the v1 lxc.cgroup.devices lines are the enforced ones.",
+        "The host's mount table (/proc/self/mountinfo). Measured on this project's own machines (LXC "
+        "5.0.2): on a hybrid layout cgroup2 device rules had no effect.",
+        (("any", "Boot the host with the unified cgroup v2 hierarchy (the default since Proxmox VE 7; "
+                 "`systemd.unified_cgroup_hierarchy=1`), or write the rules as lxc.cgroup.devices.* on "
+                 "that host."),),
+        "The config has no cgroup2 device lines that matter on that host.",
+    ),
+    Code(
+        "LXF301", "error",
+        "host or container unreachable",
+        "A host could not be scanned (SSH: refused, timed out, an unknown or changed host key, "
+        "authentication), or lxcfix could not look inside a container: nothing was judged there.",
+        "The connection's own error. Host keys are checked strictly against known_hosts; transient "
+        "connect errors are retried with backoff, authentication failures are not.",
+        (("any", "Check that the host answers on SSH with the inventory's user and key; an unknown key: "
+                 "`--accept-new-host-keys` records it (never a changed one). A container: is it running, "
+                 "does `lxc-attach -n CT -- true` (or `pct exec`) work?"),),
+        "A transient network problem: run the scan again.",
+    ),
+)}
+
+
+def lookup(code: str) -> Code | None:
+    """LXF200, lxf200 or 200."""
+    text = code.strip().upper()
+    if re.fullmatch(r"[0-9]{3}", text):
+        text = "LXF" + text
+    return CODES.get(text)
+
+
+def _wrap(text: str, indent: str = "  ", width: int = 88) -> list[str]:
+    return textwrap.wrap(text, width=width, initial_indent=indent, subsequent_indent=indent,
+                         break_on_hyphens=False, break_long_words=False) or [indent]
+
+
+def table_lines(table: tuple[tuple[str, ...], ...], indent: str = "  ") -> list[str]:
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+    rows = [indent + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in table]
+    return rows[:1] + [indent + "  ".join("-" * w for w in widths)] + rows[1:]
+
+
+def explain(code: str) -> list[tuple[str, str]]:
+    """The explanation as (text, role) lines; [] for a code lxcfix does not have."""
+    c = lookup(code)
+    if c is None:
+        return []
+    out = [(f"{c.code} ({c.severity}): {c.title}", "title"), ("", "text"), ("What it means", "heading")]
+    out += [(line, "text") for line in _wrap(c.meaning)]
+    out += [("", "text"), ("How lxcfix knows", "heading")]
+    out += [(line, "text") for line in _wrap(c.knows)]
+    if c.table:
+        out += [("", "text")] + [(line, "table") for line in table_lines(c.table)]
+        out += [(line, "text") for line in _wrap(H200_WHERE)]
+    out += [("", "text"), ("Fix it by hand", "heading")]
+    styled = any(style != "any" for style, _ in c.fixes)
+    for style, how in c.fixes:
+        if not styled:
+            out += [(line, "fix") for line in _wrap(how)]
+            continue
+        label = f"{style}:" if style != "any" else "then:"
+        first, *rest = _wrap(how, indent=" " * 11, width=88)
+        out.append((f"  {label:<9}" + first[11:], "fix"))
+        out += [(line, "fix") for line in rest]
+    out += [("", "text"), ("When it is a false alarm", "heading")]
+    out += [(line, "text") for line in _wrap(c.false_alarm)]
+    return out
+
+
+def summary_lines() -> list[tuple[str, str]]:
+    """Every code, one line each (`lxcfix explain` with no code)."""
+    return [(f"{c.code}  {c.severity:<7}  {c.title}", c.severity) for c in CODES.values()]
