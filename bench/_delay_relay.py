@@ -24,7 +24,8 @@ accepted, and one line when it ends:
   {"id": ID, "host": NAME, "up_port": the upstream socket's local port (what sshd logs as "port N"),
    "t_open": accept time, "t_up": upstream connected, "t_close": (CLOCK_MONOTONIC seconds,
    comparable with time.monotonic() of any process on this machine),
-   "events": [[seconds since t_open, 0 client->server | 1 server->client, bytes], ...]}
+   "events": [[seconds since t_open, 0 client->server | 1 server->client, bytes], ...],
+   "late": [deliveries, sum, max of how many seconds after its due time each chunk was written]}
 The events are the times each chunk was READ by the relay, i.e. the time its sender sent it.
 
 Ready: prints "READY" on stdout once every listener is bound. SIGTERM/SIGINT: stops.
@@ -111,12 +112,18 @@ class Relay:
             except (ConnectionError, OSError):
                 q.put_nowait((time.monotonic() + self.d, None))
 
+        late = [0, 0.0, 0.0]  # deliveries, sum and max of how late each one was written (s)
+
         async def deliver(q: asyncio.Queue, writer_of) -> None:
             while True:
                 due, data = await q.get()
                 wait = due - time.monotonic()
                 if wait > 0:
                     await asyncio.sleep(wait)
+                lateness = time.monotonic() - due
+                late[0] += 1
+                late[1] += max(lateness, 0.0)
+                late[2] = max(late[2], lateness)
                 w = writer_of()
                 try:
                     if data is None:
@@ -165,6 +172,7 @@ class Relay:
                     except Exception:
                         pass
             rec["t_close"] = time.monotonic()
+            rec["late"] = [late[0], round(late[1], 6), round(late[2], 6)]
             self.record(rec)
 
 
