@@ -120,7 +120,8 @@ class Relay:
                 wait = due - time.monotonic()
                 if wait > 0:
                     await asyncio.sleep(wait)
-                lateness = time.monotonic() - due
+                # (not counting the wait for the upstream connection: that is the handshake's charge)
+                lateness = time.monotonic() - max(due, rec["t_up"] or due)
                 late[0] += 1
                 late[1] += max(lateness, 0.0)
                 late[2] = max(late[2], lateness)
