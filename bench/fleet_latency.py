@@ -40,9 +40,11 @@ Round trips, counted two ways:
           wait; +1 for the TCP handshake. At RTT 0 the same count is the number of
           direction switches. Split at the server's "Accepted publickey ... port P" (P: the
           relay's upstream port) into connect (TCP, key exchange, auth) and after.
-  sshd    each sshd runs at LogLevel DEBUG3 (every packet logged, time-stamped on arrival by
-          this script): connections, channels opened, exec / subsystem requests, SFTP
-          requests, and the packets received after authentication.
+  sshd    each sshd runs at LogLevel DEBUG3, its SFTP subsystem is Debian's sftp-server at
+          -l DEBUG3 (both logs time-stamped on arrival by this script): connections, sessions
+          opened, exec / subsystem requests, SFTP requests (by operation).
+Also where the wall time goes: before the first connection (start-up), connect, after
+authentication, last packet to exit.
 
 Root's ~/.bashrc (pyenv init, ~0.1 s per remote command on this machine) is hidden from the
 sshd sessions by an empty file bind-mounted over it in this script's private mount namespace.
