@@ -36,12 +36,16 @@ class RenderError(RuntimeError):
 
 
 def _templates():
-    """The installed `lxcfix.templates` package; in a source checkout that was
-    not installed, the top-level templates/ folder it is built from."""
+    """The installed `lxcfix.templates` package; in a source checkout, the top-level
+    templates/ folder beside this package (an editable install of another checkout
+    would otherwise map `lxcfix.templates` to that checkout's folder)."""
+    top = Path(__file__).resolve().parent.parent
+    if (top / "pyproject.toml").is_file() and (top / "templates").is_dir():
+        return top / "templates"
     try:
         return resources.files("lxcfix.templates")
     except ModuleNotFoundError:
-        return Path(__file__).resolve().parent.parent / "templates"
+        return top / "templates"
 
 
 def _load(name: str):

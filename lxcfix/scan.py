@@ -55,8 +55,10 @@ def analyze_container(facts: HostFacts, loaded: gather.Loaded, loader, style: st
         status = enter.backend.status(enter.transport, loaded.ct)
         if status == "running":
             try:
+                from .rules.access import requests
+
                 probe, live = observe(enter.transport, enter.backend, loaded.ct, ctx.effective,
-                                      enter.container(loaded.ct))
+                                      enter.container(loaded.ct), access=requests(ctx))
                 ctx = replace(ctx, probe=probe, live=live)
             except ProbeFailed as e:
                 extra.append(Finding("LXF301", "error", loaded.ct, f"cannot look inside CT {loaded.ct}: {e}",
