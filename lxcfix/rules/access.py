@@ -238,6 +238,9 @@ def _with_fixes(ctx, idmap: IdMap, found: list[NodeAccess]) -> list[NodeAccess]:
     for i, n in enumerate(found):
         if n.via == "devn" and _devn_ok(ctx):
             out[i] = replace(n, fix=_devn_fix(ctx, idmap, n, asks))
+        elif n.via == "mount" and _devn_ok(ctx) and style == "devn" and ctx.requested == "devn" \
+                and n.given.from_dir is None:
+            out[i] = replace(n, fix=_after_migration_fix(ctx, n))
         elif n.via == "mount" and _devn_ok(ctx) and style == "devn" and _devn_can_replace(n):
             out[i] = replace(n, fix=_mount_to_devn_fix(ctx, idmap, n, f"dev{next_index}", asks))
             next_index += 1
@@ -320,6 +323,15 @@ def _mount_to_devn_fix(ctx, idmap: IdMap, n: NodeAccess, key: str, asks) -> Fix:
         notes.append(_mode_note(ctx, key, g.path))
     title = f"pass {g.path} in as {key} with the container's {n.group} group (gid={n.gid if known else 'N'})"
     return Fix(title, tuple(edits), "needs-restart" if known else "manual", notes=tuple(notes))
+
+
+def _after_migration_fix(ctx, n: NodeAccess) -> Fix:
+    """--style devn asked for: the migration (rules.allowlist) turns this bind mount into a
+    devN entry itself, with the host node's options; its gid must be the container's."""
+    gid = str(n.gid) if n.gid is not None else _placeholder(n, ctx.ct)
+    notes = [] if n.gid is not None else [_read_gid_note(ctx, n)]
+    return Fix(f"once --style devn makes {n.given.path} a devN entry, give it the container's {n.group} group: "
+               f"...,gid={gid} (the host's gid means another group inside)", (), "manual", notes=tuple(notes))
 
 
 def _idmap_fix(ctx, idmap: IdMap, nodes: list[NodeAccess], asks) -> Fix:

@@ -539,3 +539,14 @@ def test_devn_fix_keeps_what_works_and_refuses_a_gid_outside_the_map():
                  probe_text=probed("agroup render gid=70000 name=render members=-"))
     (f,) = run_rules(far)
     assert f.fix.applicability == "manual" and any("outside CT 200's idmap" in n for n in f.fix.notes)
+
+
+def test_explicit_devn_migration_and_the_access_fix_do_not_both_add_the_entry():
+    text = HEAD + "unprivileged: 1\nlxc.mount.entry: /dev/dri/renderD128 dev/dri/renderD128 none bind,optional,create=file\n"
+    ctx = ctx_of(text, nodes=HOST_NODES, probe_text=probed(RENDER_104))
+    added = [l for l in plan_mod.make_plan(ctx, "devn").diff().splitlines() if l.startswith("+dev")]
+    assert len(added) == 1  # the migration's one entry
+    (f,) = [f for f in run_rules(ctx.with_style("devn")) if f.code == "LXF115"]
+    assert f.fix.edits == () and "gid=104" in f.fix.title
+    assert [l for l in plan_mod.make_plan(ctx).diff().splitlines() if l.startswith("+dev")] == [
+        "+dev0: /dev/dri/renderD128,gid=104"]
