@@ -77,6 +77,43 @@ class Preflight(Step):
             raise ApplyFailed("internal error: the plan touches a snapshot or pending section; nothing written")
 
 
+@dataclass
+class HostFileBackup(Backup):
+    """A host file the plan changes besides the config (/etc/subgid), saved first; its
+    path is kept apart from the config's backup (tx.state["host_backups"])."""
+
+    path: str = ""
+    event = "host-file-backup"
+    checkpoint = "host-file-backed-up"
+
+    def describe(self) -> str:
+        if self.data is None:
+            return f"nothing to back up: {self.path} does not exist yet (undo removes it)"
+        return f"back up {self.path} to {self.backups.dir}/<time>-{self.digest[:12]}.conf (0600, fsynced, read back)"
+
+    def do(self, tx) -> None:
+        if self.data is not None:
+            tx.state.setdefault("host_backups", {})[self.path] = self.backups.save(self.data, self.digest)
+
+    def fields(self, tx) -> dict:
+        return {"file": self.path, "host_backup": tx.state.get("host_backups", {}).get(self.path)}
+
+
+def host_file_steps(host: "Host", state: StateDir, plan: Plan) -> list[Step]:
+    """Check, back up and write each host file the plan changes (Plan.host_files)."""
+    steps: list[Step] = []
+    for h in plan.host_files:
+        path = host.local_path(h.path)
+        digest = ctconfig.digest(h.before or b"")
+        expect = Expect(path, digest, shown=h.path)
+        expect.checkpoint = None
+        steps += [expect, HostFileBackup(Backups(state, "host-files", kind="host"), h.before, digest, path=h.path),
+                  Write(path, h.before, h.after, None, shown=h.path, mode=0o644, event="host-file-written",
+                        checkpoint="host-file-written", temp_checkpoint="host-file-temp-written",
+                        extra={"file": h.path})]
+    return steps
+
+
 class LiveChange:
     """Runs LiveOps against a running container, remembering what it did so
     undo() can put the previous program back."""
@@ -144,8 +181,9 @@ class Applier:
         steps += [Preflight(plan, self.flavor), Expect(path, plan.digest, shown=plan.path)]
         if b is not None and (restart or live is not None):
             steps.append(Status(b, t, self.ct, need_running=live is not None))
-        steps += [Backup(self.backups, plan.before, plan.digest),
-                  Write(path, plan.before, plan.after, self.flavor, shown=plan.path)]
+        steps.append(Backup(self.backups, plan.before, plan.digest))
+        steps += host_file_steps(self.host, self.state, plan)
+        steps.append(Write(path, plan.before, plan.after, self.flavor, shown=plan.path))
         if live is not None:
             steps.append(Live(LiveChange(t, b, self.ct, live)))
         elif restart and b is not None:

@@ -16,7 +16,7 @@ The audit judges the view the scan judged (each CtReport's context: includes
 followed, the host's own LXC files) and shows the fixes the scan's findings
 carry (model.Fix, rendered: `- old line` / `+ new line` for a config change,
 commands for the host, an instruction when no exact text is possible). Items
-come from the findings (LXF100/101/102/103/104/111/112/201/212/300) and from
+come from the findings (LXF100/101/102/103/104/111/112/114/115/201/204/212/300) and from
 the checks only maintenance needs (rules.foresight: LXF113 cardN numbering,
 nvidia-uvm not created at boot, the userspace an upgrade needs). Values only
 the container knows (the gid of its `render` group) come from `ct_groups` when
@@ -32,7 +32,7 @@ from . import __version__, causes, devices, fixes
 from .ctconfig import describe_edit
 from .errors import BadInput
 from .model import SEVERITY_ORDER, CtReport, Finding, Fix, HostFacts, HostReport
-from .rules import foresight
+from .rules import access, foresight
 from .rules.access import given_at, group_access_fix
 
 SCHEMA = 1
@@ -267,6 +267,24 @@ class _Ct:
         gid = self.groups.get(group) if group else None
         return self.item(f, "will", why, fix=group_access_fix(self.ctx, path, gid), device=path)
 
+    def group_access(self, f: Finding) -> AuditItem:
+        """LXF114/LXF115 (config), LXF204 (probe): the container's service users (a render or
+        video member) cannot open the node; LXF115: nobody can, root included."""
+        path = f.device or ""
+        who = "will not work for any user, root included" if f.code == "LXF115" else \
+            "will not work for non-root users"
+        why = f"{who}, now and after the {self._event}: {f.message}"
+        if self.ctx is None:
+            return self.item(f, "will", why)
+        group = fixes.group_for(path)
+        gid = self.groups.get(group) if group else None
+        if gid is not None:  # the finding again, with the gid the caller knows (its message names it)
+            known = access.check(self.ctx, access.analyze(self.ctx, {group: gid}))
+            again = next((g for g in known if (g.code, g.device) == (f.code, f.device)), None)
+            if again is not None:
+                why = f"{who}, now and after the {self._event}: {again.message}"
+        return self.item(f, "will", why, fix=group_access_fix(self.ctx, path, gid), device=path)
+
     def driver_mismatch(self, f: Finding) -> AuditItem:
         host = self.facts.nvidia_driver or "the host's driver version"
         version = self.occasion.new_driver if (self.for_ == "driver-upgrade" and self.occasion.new_driver) else host
@@ -290,7 +308,10 @@ _HANDLERS = {
     "LXF104": _Ct.overbroad,
     "LXF111": _Ct.not_optional,
     "LXF112": _Ct.missing_on_host,
+    "LXF114": _Ct.group_access,
+    "LXF115": _Ct.group_access,
     "LXF201": _Ct.eacces,
+    "LXF204": _Ct.group_access,
     "LXF212": _Ct.driver_mismatch,
     "LXF300": _Ct.cgroup_layout,
 }

@@ -228,6 +228,18 @@ def examples(*pairs: str, after: str = "") -> str:
     return text + (f"\n\n{after}" if after else "")
 
 
+WriteSubgidOpt = typer.Option(False, "--write-subgid",
+                              help="Group-access fixes that map a host group in also add root's /etc/subgid "
+                                   "line (backed up, in the same transaction); otherwise that stays a manual step.")
+Mode0666Opt = typer.Option(False, "--mode-0666",
+                           help="Group-access fixes give devN nodes mode=0666 (every user in the container "
+                                "can open them) instead of the container's group.")
+
+
+def _asks(write_subgid: bool, mode_0666: bool) -> frozenset:
+    return frozenset(name for name, on in (("write-subgid", write_subgid), ("mode-0666", mode_0666)) if on)
+
+
 @dataclasses.dataclass(frozen=True)
 class FleetRequest:
     """What a command that reaches hosts over SSH was asked: the same for scan and audit."""
@@ -377,10 +389,11 @@ def diagnose(
                  "lxcfix plan --root examples/pve-gpu-host --ct 201", "the fix for a bundled snapshot"))
 def plan(
     ct: str = CtOpt, host: Optional[List[str]] = HostOpt, root: Optional[str] = RootOpt, style: str = StyleOpt,
+    write_subgid: bool = WriteSubgidOpt, mode_0666: bool = Mode0666Opt,
 ) -> Planned:
     """Print the fix as a unified diff of the config (nothing when there is nothing to do)."""
     target = repair.open_target(root, host)
-    _, c = repair.one(target, ct, style)
+    _, c = repair.one(target, ct, style, asks=_asks(write_subgid, mode_0666))
     say(f"style: {c.plan.style} ({c.plan.style_reason})", "dim", err)
     if not c.plan.is_empty:
         _print_diff(c.plan.diff())
@@ -400,6 +413,7 @@ def apply(
     no_restart: bool = typer.Option(False, "--no-restart", help="Write the config only."),
     live: bool = typer.Option(False, "--live", help="Fix the running container in place, without a restart."),
     style: str = StyleOpt,
+    write_subgid: bool = WriteSubgidOpt, mode_0666: bool = Mode0666Opt,
 ) -> Applied:
     """Back up, write atomically, restart (or --live: change it in place), verify; roll back on any failure."""
     target = repair.open_target(root, host)
@@ -407,7 +421,7 @@ def apply(
         raise BadInput("--root edits a snapshot: add --no-restart (there is no container to restart)")
     if live and (root is not None or no_restart):
         raise BadInput("--live changes a running container in place: not with --root or --no-restart")
-    rep, c = repair.one(target, ct, style, probe=live)
+    rep, c = repair.one(target, ct, style, probe=live, asks=_asks(write_subgid, mode_0666))
     p = c.plan
     if p.is_empty:
         out.print(f"CT {ct}: nothing to change")

@@ -97,6 +97,9 @@ class Effective:
     given: tuple[Given, ...]
     unprivileged: bool = False
     lock: str | None = None
+    # lxc.idmap values in the order LXC reads them, each with its line in the container's own
+    # config (None: from an include). Proxmox reads only the config's own lines.
+    idmap: tuple[tuple[str, int | None], ...] = ()
 
 
 def parse_mount(value: str, index: int | None, origin: str = "") -> Mount | None:
@@ -240,6 +243,10 @@ def effective(cfg: CtConfig, facts: HostFacts, load: Loader) -> Effective:
         if (m := parse_mount(v, line_of.get(o), o)) is not None
     )
     devn_t = tuple(devn)
+    if pve:
+        idmap = tuple((v, line_of.get(o)) for k, v, o in own if k == "lxc.idmap")
+    else:
+        idmap = tuple((v, line_of.get(o)) for k, v, o in items if k == "lxc.idmap")
     return Effective(
         ruleset=ruleset,
         mounts=mounts,
@@ -248,6 +255,7 @@ def effective(cfg: CtConfig, facts: HostFacts, load: Loader) -> Effective:
         given=tuple(_given(mounts, devn_t, facts)),
         unprivileged=unprivileged,
         lock=cfg.get("lock") if pve else None,
+        idmap=idmap,
     )
 
 

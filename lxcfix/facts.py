@@ -181,6 +181,33 @@ def _proc_devices_json(value) -> dict[str, dict[str, list[int]]]:
     return {"char": {k: list(v) for k, v in char.items()}, "block": {k: list(v) for k, v in block.items()}}
 
 
+_SUBID_NAME = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.\-]{0,31}\$?")
+
+
+def parse_subid(text: str) -> tuple[tuple[str, int, int], ...]:
+    """/etc/subuid or /etc/subgid (subgid(5)): `name:first:count` lines, e.g. "root:100000:65536".
+    Lines that are not that (comments, junk, numbers of more than 10 digits or past 2**32) are dropped."""
+    out = []
+    for line in text.split("\n"):
+        parts = line.strip().split(":")
+        if len(parts) != 3 or not _SUBID_NAME.fullmatch(parts[0]):
+            continue
+        first, count = _uint(parts[1], 10, 10, ID_MAX), _uint(parts[2], 10, 10, ID_MAX)
+        if first is None or not count:
+            continue
+        out.append((parts[0], first, count))
+    return tuple(out)
+
+
+def _subid_json(value) -> list[list]:
+    return [list(e) for e in value]
+
+
+def subid_allows(entries, name: str, first: int, count: int = 1) -> bool:
+    """Do these subgid entries let `name` map [first, first + count)? (newgidmap's check)"""
+    return any(n == name and s <= first and first + count <= s + c for n, s, c in entries or ())
+
+
 def node_from_stat(path: str, st) -> DeviceNode | None:
     try:
         if stat.S_ISCHR(st.st_mode):
@@ -213,6 +240,9 @@ FACTS: dict[str, Fact] = {
     "cgroup_layout": Fact(parse_cgroup_layout, read="/proc/self/mountinfo"),
     "pveversion": Fact(parse_pveversion, run=("pveversion", "-v"), backends=("pve",), to_json=_pveversion_json),
     "lxc_version": Fact(parse_lxc_version, run=("lxc-start", "--version")),
+    # Which host ids root may map into containers (newgidmap checks it): an idmap that passes a
+    # host group through needs a `root:<gid>:1` line here.
+    "subgid": Fact(parse_subid, read="/etc/subgid", to_json=_subid_json),
     # For remote hosts: one command lists every device node under /dev
     # (symlinks followed, so /dev/serial/by-id and /dev/dri/by-path resolve).
     "dev_nodes": Fact(

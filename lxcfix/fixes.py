@@ -147,9 +147,12 @@ def exec_prefix(ct: str, flavor: str) -> str:
 
 # ---- group access inside unprivileged containers (LXF201)
 
-# Groups the host gives these nodes (Debian/Proxmox udev rules), by node name.
-NODE_GROUPS = ((r"/dev/dri/renderD[0-9]+", "render"), (r"/dev/dri/card[0-9]+", "video"),
-               (r"/dev/kfd", "render"), (r"/dev/tty(USB|ACM)[0-9]+", "dialout"))
+# Groups the host gives these nodes (Debian/Proxmox udev rules), by node name; the
+# /dev/dri/by-path names are what the LXF113 fix passes in.
+NODE_GROUPS = ((r"/dev/dri/renderD[0-9]+", "render"), (r"/dev/dri/by-path/[^/]+-render", "render"),
+               (r"/dev/dri/card[0-9]+", "video"), (r"/dev/dri/by-path/[^/]+-card", "video"),
+               (r"/dev/kfd", "render"), (r"/dev/video[0-9]+", "video"),
+               (r"/dev/tty(USB|ACM)[0-9]+", "dialout"))
 
 
 def group_for(path: str) -> str | None:
@@ -163,6 +166,21 @@ def devn_with_gid(cfg: CtConfig, devn, gid_text: str) -> Edit:
     """An existing devN entry, with gid= set to the container's group."""
     opts = [(k, v) for k, v in devn.options.items() if k != "gid"] + [("gid", gid_text)]
     return Edit("replace", devn.index, ((devn.key, devn_value(devn.path, opts)),))
+
+
+def devn_line(key: str, path: str, options: Sequence[tuple[str, str]]) -> tuple[str, str]:
+    """One devN entry, rendered from the devn template: ("dev2", "/dev/kfd,gid=104")."""
+    (line,) = render.render("devn", None, devs=[render.Dev(key, path, tuple(options))])
+    return line
+
+
+def idmap_line(text: str) -> tuple[str, str]:
+    return ("lxc.idmap", text)
+
+
+def subgid_line(host_gid: int | str) -> str:
+    """What /etc/subgid needs so root may map the host's group into a container (subgid(5))."""
+    return f"root:{host_gid}:1"
 
 
 def idmap_lines(cfg: CtConfig, gid: int | None, host_gid: int | None) -> tuple[list[int], list[tuple[str, str]]]:
@@ -191,7 +209,7 @@ def idmap_lines(cfg: CtConfig, gid: int | None, host_gid: int | None) -> tuple[l
 
 __all__ = [
     "ALLOW", "HOST_FIX", "MOUNT_KEY", "UNIT", "V2_KEYS", "allow_edit", "allow_lines", "devn_edit",
-    "devn_options", "devn_value", "devn_with_gid", "exact_allow", "exec_prefix", "group_for", "idmap_lines",
+    "devn_line", "devn_options", "devn_value", "devn_with_gid", "idmap_line", "subgid_line", "exact_allow", "exec_prefix", "group_for", "idmap_lines",
     "is_devn_key", "modprobe_argv", "mount_edit", "remove_edit", "replace_edit", "rule_groups",
     "unique", "userspace_commands",
 ]

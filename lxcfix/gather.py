@@ -48,6 +48,8 @@ def host_facts(t: Transport, backend: Proxmox | Lxc) -> HostFacts:
     raw = {"/proc/devices": texts.get("proc_devices") or ""}
     if texts.get("pveversion") is not None:
         raw["pveversion -v"] = texts["pveversion"] or ""
+    if texts.get("subgid") is not None:
+        raw["/etc/subgid"] = texts["subgid"] or ""
     return HostFacts(
         host=t.name,
         backend=backend.name,
@@ -60,6 +62,7 @@ def host_facts(t: Transport, backend: Proxmox | Lxc) -> HostFacts:
         pve_version=value.get("pveversion", (None, None))[0],
         lxc_version=value.get("lxc_version"),
         raw=raw,
+        subgid=value.get("subgid"),
     )
 
 

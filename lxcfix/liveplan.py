@@ -63,6 +63,13 @@ def live_ops(before: Context, after: Context) -> LiveOps:
     if b_mounts - a_mounts or b_devs - a_devs:
         return LiveOps(refuse="the change removes bind mounts or devN entries (devN conversion): mounts of a "
                               "running container change at start only; apply with a restart")
+    if before.effective.idmap != after.effective.idmap:
+        return LiveOps(refuse="the change edits lxc.idmap: a user namespace's id map is set at start only; "
+                              "apply with a restart")
+    b_opts = {d.path: d.options for d in before.effective.devn}
+    if any(b_opts.get(d.path, d.options) != d.options for d in after.effective.devn):
+        return LiveOps(refuse="the change edits devN options (gid=, uid=, mode=): Proxmox makes the node with "
+                              "them at start; apply with a restart")
     if a_devs - b_devs:
         return LiveOps(refuse="devN entries are hotplugged by Proxmox itself (pct set --devN, pve-container "
                               "6.0.4+); use --style path or numeric with --live, or apply with a restart")

@@ -134,6 +134,8 @@ class HostFacts:
     pve_version: str | None = None
     lxc_version: str | None = None
     raw: Mapping[str, str] = field(default_factory=dict)
+    # /etc/subgid as (name, first, count) entries; None when it was not read (raw["/etc/subgid"]: its text)
+    subgid: tuple[tuple[str, int, int], ...] | None = None
 
     def char_major(self, name: str) -> int | None:
         majors = self.char_majors.get(name)
@@ -175,6 +177,55 @@ class ProbeNode:
 
 
 @dataclass(frozen=True)
+class NodeOwner:
+    """A node's owner and mode inside the container, as stat() saw them there."""
+
+    uid: int
+    gid: int
+    mode: int
+
+
+@dataclass(frozen=True)
+class GroupSeen:
+    """A group the probe looked up in the container's /etc/group. spec: what was asked
+    (a name, "render", or a gid, "104"); gid/name None when the container has no such
+    group; members: (user, uid or None) from /etc/group and primary groups in /etc/passwd."""
+
+    spec: str
+    name: str | None = None
+    gid: int | None = None
+    members: tuple[tuple[str, int | None], ...] = ()
+
+
+@dataclass(frozen=True)
+class AccessTry:
+    """One open(O_RDWR) the probe made as a member of a group (a forked child that
+    dropped to uid/gid first). open: "ok" or an errno name, or "untried" (why: no
+    such group, no python3 or setpriv inside, not a device node)."""
+
+    path: str
+    spec: str
+    uid: int | None = None
+    gid: int | None = None
+    user: str | None = None
+    open: str = "untried"
+    via: str | None = None
+    why: str | None = None
+
+
+@dataclass(frozen=True)
+class AccessSeen:
+    """Who inside may open the nodes: owners and modes, groups, and the opens tried as their members."""
+
+    owners: Mapping[str, NodeOwner] = field(default_factory=dict)
+    groups: Mapping[str, GroupSeen] = field(default_factory=dict)
+    tries: tuple[AccessTry, ...] = ()
+
+    def tried(self, path: str, spec: str) -> AccessTry | None:
+        return next((t for t in self.tries if t.path == path and t.spec == spec), None)
+
+
+@dataclass(frozen=True)
 class ProbeResult:
     """What the probe saw inside one container."""
 
@@ -185,6 +236,7 @@ class ProbeResult:
     driver_version: str | None = None
     groups: Mapping[str, int] = field(default_factory=dict)  # {"render": 104, "video": 44}
     raw: str = ""
+    access: AccessSeen = field(default_factory=AccessSeen)  # probe.parse_access
 
 
 Applicability = Literal["safe", "needs-restart", "manual"]
@@ -247,6 +299,9 @@ class Fix(NamedTuple):
     commands: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     phase: int = 1
+    # Lines a host file needs, (path, line): the plan adds each one missing, and apply writes
+    # the file in the same transaction, backed up (e.g. ("/etc/subgid", "root:104:1")).
+    host_lines: tuple[tuple[str, str], ...] = ()
 
     @property
     def applies(self) -> bool:
@@ -301,10 +356,11 @@ class Plan:
     style_reason: str = ""
     notes: tuple[str, ...] = ()
     lock: str | None = None  # the config's `lock:`; apply refuses while it is set
+    host_files: tuple["HostFile", ...] = ()  # host files the plan changes too (/etc/subgid)
 
     @property
     def is_empty(self) -> bool:
-        return self.before == self.after
+        return self.before == self.after and all(h.before == h.after for h in self.host_files)
 
     def diff(self) -> str:
         # Frozen, so the text is cached in __dict__ by hand (pickling keeps it).
@@ -317,10 +373,26 @@ class Plan:
     def _make_diff(self) -> str:
         if self.is_empty:
             return ""
-        a = self.before.decode("utf-8", "surrogateescape").splitlines(keepends=True)
-        b = self.after.decode("utf-8", "surrogateescape").splitlines(keepends=True)
-        lines = difflib.unified_diff(a, b, fromfile=f"a{self.path}", tofile=f"b{self.path}")
-        return "".join(l if l.endswith("\n") else l + "\n\\ No newline at end of file\n" for l in lines)
+        out = _unified(self.path, self.before, self.after)
+        return out + "".join(_unified(h.path, h.before or b"", h.after) for h in self.host_files)
+
+
+def _unified(path: str, before: bytes, after: bytes) -> str:
+    if before == after:
+        return ""
+    a = before.decode("utf-8", "surrogateescape").splitlines(keepends=True)
+    b = after.decode("utf-8", "surrogateescape").splitlines(keepends=True)
+    lines = difflib.unified_diff(a, b, fromfile=f"a{path}", tofile=f"b{path}")
+    return "".join(l if l.endswith("\n") else l + "\n\\ No newline at end of file\n" for l in lines)
+
+
+@dataclass(frozen=True)
+class HostFile:
+    """A host file a plan changes besides the config: before None when it does not exist."""
+
+    path: str
+    before: bytes | None
+    after: bytes
 
 
 @dataclass(frozen=True)

@@ -34,10 +34,11 @@ class ProbeFailed(RuntimeError):
     pass
 
 
-def run_probe(enter: Transport, ct: str, paths: list[str]) -> ProbeResult:
-    """The probe through `enter` (the container's transport)."""
+def run_probe(enter: Transport, ct: str, paths: list[str], access=()) -> ProbeResult:
+    """The probe through `enter` (the container's transport); access: (group, path) pairs
+    for its group-access check (rules.access.requests)."""
     try:
-        result = enter.run(probe_mod.probe_argv(paths), timeout=PROBE_TIMEOUT)
+        result = enter.run(probe_mod.probe_argv(paths, access), timeout=PROBE_TIMEOUT)
     except Unreachable as e:
         raise ProbeFailed(f"{enter.name}: {e}") from None
     if not result.ok and "end" not in result.stdout:
@@ -64,11 +65,11 @@ def read_container_live(t: Transport, backend, ct: str) -> Live | None:
     return None
 
 
-def observe(t: Transport, backend, ct: str, eff: Effective, enter: Transport | None = None
-            ) -> tuple[ProbeResult, Live | None]:
+def observe(t: Transport, backend, ct: str, eff: Effective, enter: Transport | None = None,
+            access=()) -> tuple[ProbeResult, Live | None]:
     """The probe (through `enter`, default backend.exec) and the live program (through the host)."""
     enter = enter if enter is not None else backend.exec(t, ct)
-    return run_probe(enter, ct, probe_paths(eff)), read_container_live(t, backend, ct)
+    return run_probe(enter, ct, probe_paths(eff), access), read_container_live(t, backend, ct)
 
 
 # ---------------------------------------------------------------- the BPF reader, run on a host

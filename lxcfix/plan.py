@@ -22,15 +22,15 @@ container has is the admin's call.
 from __future__ import annotations
 
 from . import ctconfig
-from .model import Finding, Fix, Plan
-from .rules import Context, allowlist, hygiene, run_rules
+from .model import Finding, Fix, HostFile, HostFacts, Plan
+from .rules import Context, access, allowlist, hygiene, run_rules
 from .styles import STYLES, choose_style, pve_has_devn  # noqa: F401  (the planner's vocabulary)
 
 ALLOW = "lxc.cgroup2.devices.allow"
 MAX_ROUNDS = 4  # phase 0, phase 1, and room for a fix that uncovers another
 # The rule families whose fixes the plan applies: the only ones a re-check needs
 # (what the probe saw, the lock, the live program: none of them the plan's to fix).
-FIXING = (allowlist, hygiene)
+FIXING = (allowlist, hygiene, access)
 
 
 class PlanUnstable(RuntimeError):
@@ -70,8 +70,32 @@ def make_plan_in(ctx: Context, requested: str = "auto") -> tuple[Plan, Context]:
                            f"({len(applicable(now, now_found))} fixes left after {MAX_ROUNDS} rounds)")
     plan = Plan(ct=ctx.ct, path=original.path, digest=original.digest, before=original.raw,
                 after=now.config.raw, findings=tuple(findings), style=style, style_reason=reason,
-                lock=ctx.effective.lock)
+                lock=ctx.effective.lock, host_files=host_files(ctx.facts, applied))
     return plan, now
+
+
+def host_files(facts: HostFacts, applied: list[Fix]) -> tuple[HostFile, ...]:
+    """The host files the applied fixes add lines to (Fix.host_lines), each line once, after
+    what the file holds now (its text read with the host facts: facts.raw[path])."""
+    wanted: dict[str, list[str]] = {}
+    for fix in applied:
+        for path, line in fix.host_lines:
+            wanted.setdefault(path, [])
+            if line not in wanted[path]:
+                wanted[path].append(line)
+    out = []
+    for path, lines in wanted.items():
+        text = facts.raw.get(path)
+        before = text.encode("utf-8", "surrogateescape") if text is not None else None
+        have = (text or "").split("\n")
+        add = [line for line in lines if line not in have]
+        if not add:
+            continue
+        body = before or b""
+        if body and not body.endswith(b"\n"):
+            body += b"\n"
+        out.append(HostFile(path, before, body + "".join(f"{line}\n" for line in add).encode()))
+    return tuple(out)
 
 
 def make_plan(ctx: Context, requested: str = "auto") -> Plan:

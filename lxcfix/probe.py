@@ -14,6 +14,9 @@ It prints one fact a line:
     nvidia_smi_out GPU 0: NVIDIA H200 (UUID: GPU-...)
     cuinit 999
     driver 580.159.04 /usr/lib/x86_64-linux-gnu/libcuda.so.580.159.04
+    perm uid=0 gid=0 mode=0660 /dev/dri/renderD128
+    agroup render gid=104 name=render members=jellyfin:106
+    access render uid=106 gid=104 user=jellyfin open=EACCES via=python3 why=- /dev/dri/renderD128
     end
 
     parse(text) -> ProbeResult(nodes={"/dev/nvidia-uvm": ProbeNode(..., open="EPERM")},
@@ -34,7 +37,8 @@ from typing import Iterable, Mapping
 from .errors import BadInput
 from .fixes import exact_allow as allow_rule
 from .render import template_text
-from .model import Finding, Fix, ProbeNode, ProbeResult
+from .facts import ID_MAX
+from .model import AccessSeen, AccessTry, Finding, Fix, GroupSeen, NodeOwner, ProbeNode, ProbeResult
 
 PROGRAM_NAME = "lxcfix-probe"
 
@@ -68,17 +72,24 @@ def script() -> str:
     return template_text("probe.sh")
 
 
-def probe_argv(paths: Iterable[str]) -> list[str]:
+def probe_argv(paths: Iterable[str], access: Iterable[tuple[str, str]] = ()) -> list[str]:
     """argv that runs the probe over `paths` inside a container (wrap it with ContainerExec).
 
     The paths travel as arguments, never inside the script text. Each must be absolute and
-    hold no newline (the output is line-based) and no NUL.
+    hold no newline (the output is line-based) and no NUL. access: (group name or gid, path)
+    pairs for the group-access check (rules.access.requests), sent before the paths as
+    `access:<group>:<path>`.
     """
     paths = list(paths)
-    for path in paths:
+    for path in [*paths, *(p for _, p in access)]:
         if not isinstance(path, str) or not path.startswith("/") or "\n" in path or "\0" in path:
             raise BadInput(f"probe: not an absolute device path on one line: {path!r}")
-    return ["sh", "-c", script(), PROGRAM_NAME, *paths]
+    asked = []
+    for spec, path in access:
+        if not isinstance(spec, str) or not GROUP_SPEC.fullmatch(spec):
+            raise BadInput(f"probe: not a group name or gid: {spec!r}")
+        asked.append(f"access:{spec}:{path}")
+    return ["sh", "-c", script(), PROGRAM_NAME, *asked, *paths]
 
 
 # --- parse ----------------------------------------------------------------------------------
@@ -137,7 +148,60 @@ def parse(text: str) -> ProbeResult:
         driver_version=driver,
         groups=groups,
         raw=text,
+        access=parse_access(text),
     )
+
+
+# --- parse: group access (probe.sh "Group access") ----------------------------------------------
+
+# A group asked about: a name as groupadd takes it, or a gid.
+GROUP_SPEC = re.compile(r"[a-z_][a-z0-9_-]{0,31}|[0-9]{1,10}")
+_NAME = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}"
+_ID = r"[0-9]{1,10}"
+_ERRNO = r"ok|untried|other|E[A-Z0-9]{1,15}"
+_PERM = re.compile(rf"perm uid=({_ID}) gid=({_ID}) mode=([0-7]{{4,6}}) (/.*)")
+_AGROUP = re.compile(rf"agroup ({GROUP_SPEC.pattern}) gid=({_ID}|-) name=({_NAME}|-) members=(\S{{1,4096}})")
+_MEMBER = re.compile(rf"({_NAME}):({_ID}|-)")
+_ACCESS = re.compile(rf"access ({GROUP_SPEC.pattern}) uid=({_ID}|-) gid=({_ID}|-) user=({_NAME}|-)"
+                     rf" open=({_ERRNO}) via=(python3|setpriv|-) why=([a-z0-9-]{{1,32}}|E[A-Z0-9]{{1,15}}) (/.*)")
+MAX_ACCESS_LINES = 4096  # what a container could print is bounded, whatever it prints
+MAX_MEMBERS = 32
+
+
+def _id(text: str) -> int | None:
+    return int(text) if text != "-" and len(text) <= 10 and int(text) <= ID_MAX else None
+
+
+def parse_access(text: str) -> AccessSeen:
+    """The `perm`, `agroup` and `access` lines of the probe's output -> AccessSeen. Total: a
+    line that is not exactly one of those (ASCII digits of bounded length, names as groupadd
+    takes them) is skipped; at most MAX_ACCESS_LINES of them are read; a later line for the
+    same path or group replaces an earlier one."""
+    owners: dict[str, NodeOwner] = {}
+    groups: dict[str, GroupSeen] = {}
+    tries: dict[tuple[str, str], AccessTry] = {}
+    read = 0
+    for line in text.split("\n"):
+        line = line.rstrip("\r")
+        if not line.startswith(("perm ", "agroup ", "access ")) or len(line) > 8192:
+            continue
+        read += 1
+        if read > MAX_ACCESS_LINES:
+            break
+        if m := _PERM.fullmatch(line):
+            uid, gid = _id(m[1]), _id(m[2])
+            if uid is not None and gid is not None:
+                owners[m[4]] = NodeOwner(uid, gid, int(m[3], 8) & 0o7777)
+        elif m := _AGROUP.fullmatch(line):
+            members = []
+            for part in ([] if m[4] == "-" else m[4].split(",")[:MAX_MEMBERS]):
+                if mm := _MEMBER.fullmatch(part):
+                    members.append((mm[1], _id(mm[2])))
+            groups[m[1]] = GroupSeen(m[1], None if m[3] == "-" else m[3], _id(m[2]), tuple(members))
+        elif m := _ACCESS.fullmatch(line):
+            tries[(m[8], m[1])] = AccessTry(m[8], m[1], _id(m[2]), _id(m[3]), None if m[4] == "-" else m[4],
+                                            m[5], None if m[6] == "-" else m[6], None if m[7] == "-" else m[7])
+    return AccessSeen(owners, groups, tuple(tries.values()))
 
 
 def _driver_source(raw: str) -> str | None:

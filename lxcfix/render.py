@@ -36,16 +36,20 @@ class RenderError(RuntimeError):
 
 @functools.lru_cache(maxsize=1)
 def _templates() -> str:
-    """Where the templates are: the installed `lxcfix.templates` package (a
-    directory beside this module's package), or, in a source checkout that was
-    not installed, the top-level templates/ folder it is built from. A plain
-    path: importlib.resources costs start-up time every command pays."""
+    """Where the templates are: in a source checkout, the top-level templates/
+    folder beside this package (an editable install of another checkout would
+    otherwise map `lxcfix.templates` to that checkout's folder); else the
+    installed `lxcfix.templates` package. A plain path: importlib.resources
+    costs start-up time every command pays."""
+    top = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if os.path.isfile(os.path.join(top, "pyproject.toml")) and os.path.isdir(os.path.join(top, "templates")):
+        return os.path.join(top, "templates")
     import importlib.util
 
     spec = importlib.util.find_spec("lxcfix.templates")
     if spec is not None and spec.submodule_search_locations:
         return list(spec.submodule_search_locations)[0]
-    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "templates")
+    return os.path.join(top, "templates")
 
 
 def _load(name: str):

@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # what only a change needs is imported by the functions that 
 
 # Findings that mean the device the plan was for is still not usable.
 VERIFY_CODES = frozenset({"LXF100", "LXF101", "LXF110", "LXF121", "LXF200", "LXF202", "LXF203", "LXF301"})
+ACCESS_CODES = frozenset({"LXF114", "LXF115", "LXF201", "LXF204"})  # group access (rules.access)
 
 
 @dataclass
@@ -61,8 +62,12 @@ def open_target(root: str | None, hosts: list[str] | None = None) -> Target:
     for h in hosts or []:
         if h not in ("localhost", "local", "127.0.0.1"):
             raise BadInput(f"--host {h}: remote hosts are reached through an inventory (--inventory FILE)")
-    override = os.environ.get("LXCFIX_PROC_DEVICES")  # majors from a saved /proc/devices (tests; another host's state)
-    t = Local(overrides={"/proc/devices": override} if override else {})
+    overrides = {}
+    if os.environ.get("LXCFIX_PROC_DEVICES"):  # majors from a saved /proc/devices (tests; another host's state)
+        overrides["/proc/devices"] = os.environ["LXCFIX_PROC_DEVICES"]
+    if os.environ.get("LXCFIX_SUBGID"):  # another /etc/subgid, read and (apply --write-subgid) written (tests)
+        overrides["/etc/subgid"] = os.environ["LXCFIX_SUBGID"]
+    t = Local(overrides=overrides)
     return Target(t, detect(t))
 
 
@@ -86,12 +91,35 @@ def scan(target: Target, cts: list[str] | None, style: str = "auto", probe: bool
 
 
 def one(target: Target, ct: str, style: str = "auto", probe: bool = False,
-        facts: HostFacts | None = None) -> tuple[HostReport, CtReport]:
+        facts: HostFacts | None = None, asks=frozenset()) -> tuple[HostReport, CtReport]:
+    """One container scanned and planned. asks: what the admin asked fixes to do that
+    they never do unasked (rules.access.ASKS). A running container whose fixes need a
+    value only it knows (its render group's gid) is probed even when `probe` is off."""
     rep = scan(target, [ct], style, probe, facts)
     c = rep.containers[0]
+    if not probe and target.live and c.context is not None and needs_inside(c.context) \
+            and target.backend.status(target.transport, ct) == "running":
+        rep = scan(target, [ct], style, True, rep.facts)
+        c = rep.containers[0]
+    if asks and c.context is not None and c.plan is not None:
+        c = replanned(c, c.context.with_asks(asks), style)
     if c.plan is None:
         raise BadInput(f"CT {ct}: {c.error}")
     return rep, c
+
+
+def needs_inside(ctx) -> bool:
+    """Group-access fixes that wait for the container's own gid of a group (rules.access)."""
+    return any(n.gid is None and not n.fix.applies and n.member_can is not True for n in ctx.access.nodes)
+
+
+def replanned(c: CtReport, ctx, style: str) -> CtReport:
+    """The same container planned again in another context (the admin's asks)."""
+    from .plan import make_plan_in
+
+    plan, planned = make_plan_in(ctx, style)
+    return replace(c, findings=plan.findings + tuple(f for f in c.findings if f.code == "LXF301"),
+                   plan=plan, context=ctx, planned=planned)
 
 
 def verifier(target: Target, c: CtReport, extra=None):
@@ -106,6 +134,8 @@ def verifier(target: Target, c: CtReport, extra=None):
 
     planned = c.planned
     absent = {f.device for f in c.findings if f.code == "LXF112"}
+    # Nodes whose group access the plan fixes: a member refused there still (LXF204) fails the verify.
+    access_fixed = {f.device for f in c.findings if f.code in ACCESS_CODES and f.fix is not None and f.fix.applies}
     path = target.local_path(c.plan.path)
 
     def problems() -> list[Finding]:
@@ -122,12 +152,16 @@ def verifier(target: Target, c: CtReport, extra=None):
         # Not running now: it did not run before either (a restart waits until it runs, or fails).
         if target.backend.status(target.transport, c.ct) == "running":
             try:
-                probe, live = observe(target.transport, target.backend, c.ct, planned.effective)
+                from .rules.access import requests
+
+                probe, live = observe(target.transport, target.backend, c.ct, planned.effective,
+                                      access=requests(planned))
             except ProbeFailed as e:
                 return found + [Finding("LXF301", "error", c.ct, f"cannot look inside CT {c.ct}: {e}", host=c.host)]
             ctx = replace(planned, probe=probe, live=live)
-        found += [f for f in run_rules(ctx) if f.code in VERIFY_CODES and f.severity == "error"
-                  and f.device not in absent]
+        found += [f for f in run_rules(ctx) if (f.code in VERIFY_CODES and f.severity == "error"
+                                                 and f.device not in absent)
+                  or (f.code == "LXF204" and f.device in access_fixed)]
         return found + (extra() if extra is not None else [])
 
     def verify() -> list[Finding]:

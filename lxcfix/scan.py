@@ -56,8 +56,10 @@ def analyze_container(facts: HostFacts, loaded: gather.Loaded, loader, style: st
         status = enter.backend.status(enter.transport, loaded.ct)
         if status == "running":
             try:
+                from .rules.access import requests
+
                 probe, live = observe(enter.transport, enter.backend, loaded.ct, ctx.effective,
-                                      enter.container(loaded.ct))
+                                      enter.container(loaded.ct), access=requests(ctx))
                 ctx = replace(ctx, probe=probe, live=live)
             except ProbeFailed as e:
                 extra.append(Finding("LXF301", "error", loaded.ct, f"cannot look inside CT {loaded.ct}: {e}",
@@ -145,6 +147,7 @@ def _probe_in_one_go(t: Transport, backend, ctxs: dict[str, Context], swept: boo
     from . import sweep
     from .observe import PROBE_CAP, PROBE_TIMEOUT, probe_paths
     from .probe import probe_argv
+    from .rules.access import requests
 
     if not ctxs:
         return t, None
@@ -158,9 +161,10 @@ def _probe_in_one_go(t: Transport, backend, ctxs: dict[str, Context], swept: boo
     running = [ct for ct in ctxs if backend.status(t, ct) == "running"]
     if not running:
         return t, None
-    batch = [backend.exec(t, ct).wrap(probe_argv(probe_paths(ctxs[ct].effective))) for ct in running]
+    # The same argv analyze_container's probe will ask for, so the sweep answers it.
+    batch = [backend.exec(t, ct).wrap(probe_argv(probe_paths(ctxs[ct].effective), requests(ctxs[ct])))
+             for ct in running]
     return gather.prefetch(t, sweep.Request(batch=batch, timeout=PROBE_TIMEOUT, cap=PROBE_CAP, parallel=4))
-
 
 
 # Below this many configs a second process costs more than it saves.

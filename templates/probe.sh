@@ -9,12 +9,27 @@
 #   cuinit <code>                     cuInit(0) via python3 + ctypes
 #   driver <version> <where seen>     container userspace driver
 #   group <name> <gid>                render/video group ids (/etc/group): what devN gid= must say
+#   perm uid=U gid=G mode=OOOO <path>                      owner and mode of a node inside
+#   agroup <spec> gid=N|- name=NAME|- members=USER:UID,...|-   a group asked about, its members
+#   access <spec> uid=U|- gid=G|- user=NAME|- open=ok|ERRNO|untried via=python3|setpriv|- why=WORD|- <path>
+#                                     open(O_RDWR) as a member of that group (see "Group access")
 #   end
+# Arguments before the paths, "access:<group name or gid>:<path>", ask for the group-access check.
 
 have() { command -v "$1" >/dev/null 2>&1; }
 T=
 timeout 15 true 2>/dev/null && T="timeout 15"  # old busybox wants -t: then no timeout
 echo "lxcfix-probe 1"
+
+# "access:<spec>:<path>" arguments come first (lxcfix.probe.probe_argv); the paths follow.
+ACCESS=
+while [ $# -gt 0 ]; do
+    case $1 in
+        access:*) ACCESS="$ACCESS${1#access:}
+" ; shift ;;
+        *) break ;;
+    esac
+done
 
 # The nodes, in python3: stat() and open(O_RDWR|O_NOCTTY|O_NONBLOCK), never O_CREAT.
 PY_NODES='
@@ -153,6 +168,164 @@ if [ -r /etc/group ]; then
     while IFS=: read -r gname _ gid _; do
         case $gname in render|video) case $gid in *[!0-9]*|'') ;; *) printf 'group %s %s\n' "$gname" "$gid" ;; esac ;; esac
     done < /etc/group
+fi
+
+# Group access: who inside may open the nodes. Reads /etc/group and /etc/passwd, stats the
+# nodes, and tries each open as a member of the group in a child that drops to that uid and
+# gid first (python3: fork + setgroups/setgid/setuid; else setpriv): nothing inside changes.
+# The user is the group's first member with a uid other than 0, else uid 65534 in that group.
+PY_ACCESS='
+import errno, os, stat, sys
+def table(path):
+    try:
+        with open(path, errors="replace") as f:
+            return [l.rstrip("\n").split(":") for l in f]
+    except OSError:
+        return []
+groups, users = table("/etc/group"), table("/etc/passwd")
+def number(text):
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 10 else None
+def lookup(spec):
+    for g in groups:
+        if len(g) >= 4 and (g[0] == spec or g[2] == spec) and number(g[2]) is not None:
+            members = [m for m in g[3].split(",") if m]
+            members += [u[0] for u in users if len(u) >= 4 and u[3] == g[2] and u[0] not in members]
+            uids = {u[0]: number(u[2]) for u in users if len(u) >= 4}
+            return g[0], number(g[2]), [(m, uids.get(m)) for m in members][:32]
+    return None
+found, stated = {}, set()
+for arg in sys.argv[1:]:
+    spec, _, path = arg.partition(":")
+    if spec not in found:
+        found[spec] = hit = lookup(spec)
+        if hit is None:
+            print("agroup %s gid=- name=- members=-" % spec)
+        else:
+            text = ",".join("%s:%s" % (m, "-" if u is None else u) for m, u in hit[2]) or "-"
+            print("agroup %s gid=%d name=%s members=%s" % (spec, hit[1], hit[0], text))
+    untried = "access %s uid=- gid=- user=- open=untried via=- why=%%s %s" % (spec, path)
+    try:
+        st = os.stat(path)
+    except OSError as x:
+        print(untried % errno.errorcode.get(x.errno, "other"))
+        continue
+    if path not in stated:
+        stated.add(path)
+        print("perm uid=%d gid=%d mode=%04o %s" % (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode), path))
+    if found[spec] is None or not (stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)):
+        print(untried % ("no-group" if found[spec] is None else "not-a-device"))
+        continue
+    name, gid, members = found[spec]
+    user, uid = next(((m, u) for m, u in members if u), ("-", 65534))
+    pid = os.fork()
+    if pid == 0:
+        code = 254
+        try:
+            os.setgroups([gid])
+            os.setgid(gid)
+            os.setuid(uid)
+            code = 253
+            os.close(os.open(path, os.O_RDWR | os.O_NOCTTY | os.O_NONBLOCK))
+            code = 0
+        except OSError as x:
+            if code == 253 and 0 < x.errno < 250:
+                code = x.errno
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else 255
+    if code == 254 or code == 255:
+        print(untried % ("cannot-drop" if code == 254 else "child-died"))
+        continue
+    result = "ok" if code == 0 else errno.errorcode.get(code, "other")
+    print("access %s uid=%d gid=%d user=%s open=%s via=python3 why=- %s" % (spec, uid, gid, user, result, path))
+'
+
+# The same without python3, with setpriv (util-linux); without either the opens are not tried.
+errname() {  # errname MESSAGE: the errno name a shell's "can't open" message stands for
+    case $1 in
+        *"Operation not permitted") echo EPERM ;;
+        *"Permission denied") echo EACCES ;;
+        *"No such device or address") echo ENXIO ;;
+        *"No such device") echo ENODEV ;;
+        *"No such file or directory") echo ENOENT ;;
+        *) echo other ;;
+    esac
+}
+group_line() {  # group_line SPEC: "name gid members" of the group named or numbered SPEC
+    while IFS=: read -r gn _ gi gm; do
+        case $gi in '' | *[!0-9]*) continue ;; esac
+        if [ "$gn" = "$1" ] || [ "$gi" = "$1" ]; then echo "$gn $gi $gm"; return; fi
+    done < /etc/group
+}
+uid_of() {
+    while IFS=: read -r un _ ui _; do
+        [ "$un" = "$1" ] && case $ui in '' | *[!0-9]*) ;; *) echo "$ui"; return ;; esac
+    done < /etc/passwd
+}
+access_sh() {  # access_sh SPEC PATH
+    set -- "$1" "$2" $(group_line "$1" 2>/dev/null)
+    if [ -z "$4" ]; then
+        echo "agroup $1 gid=- name=- members=-"
+        echo "access $1 uid=- gid=- user=- open=untried via=- why=no-group $2"; return
+    fi
+    gname=$3 gid=$4 members=$(printf '%s' "$5" | tr ',' ' ')
+    if [ -r /etc/passwd ]; then
+        while IFS=: read -r un _ _ ug _; do
+            [ "$ug" = "$gid" ] && case " $members " in *" $un "*) ;; *) members="$members $un" ;; esac
+        done < /etc/passwd
+    fi
+    list= user=- uid=65534
+    for m in $members; do
+        u=$(uid_of "$m"); list="$list,$m:${u:--}"
+        [ "$user" = - ] && [ -n "$u" ] && [ "$u" != 0 ] && user=$m uid=$u
+    done
+    list=${list#,}
+    echo "agroup $1 gid=$gid name=$gname members=${list:--}"
+    if ! [ -c "$2" ] && ! [ -b "$2" ]; then
+        echo "access $1 uid=- gid=- user=- open=untried via=- why=not-a-device $2"; return
+    fi
+    if ! have setpriv; then
+        echo "access $1 uid=- gid=- user=- open=untried via=- why=no-python3-or-setpriv $2"; return
+    fi
+    # The shell says "lxcfix-in" once it runs as the member: without it, setpriv itself failed.
+    err=$( { $T setpriv --reuid="$uid" --regid="$gid" --groups="$gid" sh -c 'echo lxcfix-in; exec 3<>"$1"' \
+        lxcfix-open "$2"; } 2>&1 )
+    rc=$?
+    case $err in
+        lxcfix-in*) ;;
+        *) echo "access $1 uid=- gid=- user=- open=untried via=- why=setpriv-failed $2"; return ;;
+    esac
+    if [ "$rc" = 0 ]; then o=ok; else o=$(errname "$err"); fi
+    echo "access $1 uid=$uid gid=$gid user=$user open=$o via=setpriv why=- $2"
+}
+perm_sh() {  # stat's %a is octal digits without leading zeros: padded to four
+    set -- "$1" $(stat -L -c '%u %g %a' "$1" 2>/dev/null)
+    case "$2:$3:$4" in *[!0-9:]* | *::* | :* | *:) return ;; esac
+    m=000$4
+    printf 'perm uid=%s gid=%s mode=%s %s\n' "$2" "$3" "${m#"${m%????}"}" "$1"
+}
+
+if [ -n "$ACCESS" ]; then
+    set -f; old_ifs=$IFS; IFS='
+'
+    set -- $ACCESS
+    IFS=$old_ifs
+    # A python3 that runs but prints nothing (a stub) counts as none.
+    if have python3 && out=$(python3 -I -B -c "$PY_ACCESS" "$@" 2>/dev/null) && [ -n "$out" ]; then
+        printf '%s\n' "$out"
+    else
+        stated='
+'
+        for a in "$@"; do
+            p=${a#*:}
+            case $stated in *"
+$p
+"*) ;; *) [ -e "$p" ] && perm_sh "$p"; stated="$stated$p
+" ;; esac
+            access_sh "${a%%:*}" "$p"
+        done
+    fi
+    set +f
 fi
 
 echo end

@@ -33,6 +33,9 @@ class Context:
     live: object | None = None  # rules.live.Live: the device program read from the running container
     load: object | None = None  # include loader, so a planner can re-read an edited config
     requested: str = "auto"
+    # What the admin asked fixes to do that they never do unasked (rules.access.ASKS):
+    # "write-subgid" (apply adds root's /etc/subgid line), "mode-0666" (devN mode=0666).
+    asks: frozenset = frozenset()
 
     @functools.cached_property
     def style(self) -> tuple[str, str]:
@@ -54,6 +57,17 @@ class Context:
 
         return repairs(self)
 
+    @functools.cached_property
+    def access(self):
+        """access.analyze(self), computed once: who inside may open the group-access nodes, and the fixes."""
+        from .access import analyze
+
+        return analyze(self)
+
+    def with_asks(self, asks) -> "Context":
+        asks = frozenset(asks or ())
+        return self if asks == self.asks else replace(self, asks=asks)
+
     def with_config(self, config: CtConfig) -> "Context":
         """The same container with another config (the planner's next round):
         what was seen inside the running container does not carry over."""
@@ -69,9 +83,9 @@ class Context:
         return Finding(code=code, severity=severity, ct=self.ct, message=message, host=self.host, **kw)
 
 
-from . import allowlist, host, hygiene, live, probe  # noqa: E402
+from . import access, allowlist, host, hygiene, live, probe  # noqa: E402
 
-RULES = (host, allowlist, hygiene, live, probe)
+RULES = (host, allowlist, hygiene, access, live, probe)
 
 
 def run_rules(ctx: Context, rules=RULES) -> list[Finding]:

@@ -584,6 +584,21 @@ class PveContainer(Container):
         return [f"{CGROUP_ROOT}/lxc/{self.vmid}", f"{CGROUP_ROOT}/lxc.monitor/{self.vmid}",
                 *super().cgroup_dirs()]
 
+    def destroy(self) -> None:
+        """As Container.destroy, and the devN passthrough tmpfs the pct shim mounted goes too."""
+        if self.destroyed:
+            return
+        try:
+            if self.running():
+                sh(["lxc-stop", "-k", "-n", self.name], timeout=15)
+                self.wait("STOPPED", 10)
+        finally:
+            passthrough = os.path.join(self.dir, "passthrough")
+            while passthrough in mounts_under(passthrough):
+                if not sh(["umount", passthrough]).ok:
+                    break
+            super().destroy()
+
 
 class Pve:
     """A fake /etc/pve ($LXCFIX_PVE_DIR) plus the pct shim; makes PveContainers
@@ -647,3 +662,113 @@ def timed(fn, *args, **kw):
     t = time.perf_counter()
     value = fn(*args, **kw)
     return value, time.perf_counter() - t
+
+
+# ----------------------------------------------------------------- unprivileged (idmapped) containers
+
+MAPPED_ROOT = 100000  # Proxmox's default idmap: u|g 0 100000 65536
+MAPPED_COUNT = 65536
+IDMAP_LINES = (f"lxc.idmap = u 0 {MAPPED_ROOT} {MAPPED_COUNT}", f"lxc.idmap = g 0 {MAPPED_ROOT} {MAPPED_COUNT}")
+
+
+def make_unprivileged_rootfs(path: str, users: Sequence[tuple[str, int, Sequence[str]]] = (),
+                             groups: dict[str, int] | None = None, mapped_root: int = MAPPED_ROOT) -> str:
+    """make_rootfs, plus the container's own groups ({"render": 104}) and users
+    (("svc", 1000, ["render"]): a primary group of the same id, and those groups), every
+    file owned by the mapped root (uid/gid 0 inside: mapped_root on the host)."""
+    make_rootfs(path)
+    groups = dict(groups or {})
+    members: dict[str, list[str]] = {g: [] for g in groups}
+    with open(os.path.join(path, "etc/passwd"), "a") as f:
+        for name, uid, extra in users:
+            f.write(f"{name}:x:{uid}:{uid}::/tmp:/bin/sh\n")
+            for g in extra:
+                members[g].append(name)
+    with open(os.path.join(path, "etc/group"), "a") as f:
+        for name, uid, _ in users:
+            f.write(f"{name}:x:{uid}:\n")
+        for g, gid in groups.items():
+            f.write(f"{g}:x:{gid}:{','.join(members[g])}\n")
+    os.lchown(path, mapped_root, mapped_root)
+    for root, dirs, files in os.walk(path):
+        for n in dirs + files:
+            os.lchown(os.path.join(root, n), mapped_root, mapped_root)
+    return path
+
+
+def host_uid(container: Container) -> int:
+    """The real uid, on the host, the container's init runs as (the mapped root when unprivileged)."""
+    with open(f"/proc/{container.init_pid()}/status") as f:
+        for line in f:
+            if line.startswith("Uid:"):
+                return int(line.split()[1])
+    raise HarnessError(f"{container.name}: no Uid line for its init")
+
+
+def make_unprivileged_container(extra_lines: Sequence[str] = (), users=(), groups=None,
+                                init: Sequence[str] = ("sleep", "infinity"), name: str | None = None,
+                                start: bool = True, idmap: Sequence[str] = IDMAP_LINES) -> Container:
+    """An unprivileged plain-LXC container: `idmap` lines, a rootfs owned by the mapped
+    root, the given users and groups. Started, its init runs as the mapped root on the host."""
+    name = name or new_name()
+    if os.path.lexists(os.path.join(LXCPATH, name)):
+        raise HarnessError(f"{LXCPATH}/{name} already exists")
+    c = Container(name, init=init)
+    _LIVE.add(c)
+    try:
+        make_unprivileged_rootfs(c.rootfs, users, groups)
+        c.write_config([*idmap, *extra_lines])
+        if start:
+            c.start()
+            if host_uid(c) != MAPPED_ROOT:
+                raise HarnessError(f"{name}: init runs as uid {host_uid(c)} on the host, not {MAPPED_ROOT}")
+    except BaseException:
+        c.destroy()
+        raise
+    return c
+
+
+def make_unprivileged_ct(pve: "Pve", lines: Sequence[str] = (), users=(), groups=None,
+                         start: bool = True) -> PveContainer:
+    """A Proxmox `unprivileged: 1` container through the pct shim, its rootfs owned by the
+    mapped root (so the shim gives it Proxmox's default idmap)."""
+    ct = pve.make_ct(["unprivileged: 1", *lines], start=False)
+    make_unprivileged_rootfs(ct.rootfs, users, groups)
+    if start:
+        ct.start()
+        if host_uid(ct) != MAPPED_ROOT:
+            raise HarnessError(f"CT {ct.vmid}: init runs as uid {host_uid(ct)} on the host, not {MAPPED_ROOT}")
+    return ct
+
+
+def open_errno_as(container: Container, path: str, uid: int, gid: int, mode: str = "rw") -> str:
+    """open() inside the container as uid, in group gid only (setpriv from the host's /usr):
+    "ok" or the errno name. EACCES: the mode/owner check refused; ENXIO: it reached the driver."""
+    r = container.attach(["/usr/bin/setpriv", f"--reuid={uid}", f"--regid={gid}", f"--groups={gid}",
+                          "/usr/bin/python3", "-I", "-c", _PROBE_PY, path, mode])
+    if not r.ok:
+        raise HarnessError(f"open as {uid}:{gid} in {container.name} failed rc={r.rc}: {r.stderr.strip()}")
+    return json.loads(r.stdout.strip().splitlines()[-1])["open"]
+
+
+def driverless_dev_node(name_candidates: Sequence[str] = ("/dev/kfd",), minor: int = 0,
+                        mode: int = 0o666) -> tuple[str, int]:
+    """(path, major): a driverless node at the first of `name_candidates` the host does not
+    have (a devN path must be under /dev), with a free dynamic-range major. The caller
+    removes it (remove_dev_node). Like ensure_tun, this makes a node in the host's /dev."""
+    for path in name_candidates:
+        if not os.path.lexists(path):
+            major = free_char_major(509)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            return mknod(path, major, minor, mode=mode), major
+    raise HarnessError(f"every candidate exists on this host: {list(name_candidates)}")
+
+
+def remove_dev_node(path: str, major: int) -> None:
+    """Remove a node driverless_dev_node made (only if it still is that node)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISCHR(st.st_mode) and os.major(st.st_rdev) == major:
+        os.unlink(path)

@@ -89,6 +89,7 @@ GOLDEN_REBOOT = """\
 | 200 | LXF111 | warning | may | /dev/nvidia-uvm | /dev/nvidia-uvm is absent at boot until something runs nvidia-modprobe; without 'optional' LXC then refuses to start the container |
 | 201 | LXF113 | warning | may | /dev/dri/card1 | /dev/dri/card1 is named by its index, which the kernel gives in probe order: after a reboot another GPU (or simpledrm/efifb) can take card1, and the container then gets the wrong device or does not start (devN: 'Device does not exist'). /dev/dri/by-path names the GPU by its PCI address |
 | 202 | LXF201 | error | will | /dev/dri/renderD128 | broken now, and after the reboot: open /dev/dri/renderD128: EACCES (not the cgroup: ...) (on the host: gid 104, mode 0660) |
+| 202 | LXF114 | warning | will | /dev/dri/renderD128 | will not work for non-root users, now and after the reboot: inside, /dev/dri/renderD128 will be root:root 0660: only root can open it; the container's render group (gid 105) cannot (add gid=105) |
 | 203 | LXF100 | error | will | /dev/net/tun | broken now, and stays broken after the reboot: /dev/net/tun is c 10:200 on this host; no cgroup2 rule allows it, so open() inside gives EPERM |
 | 203 | LXF102 | error | will | - | lxc.cgroup.devices.allow is a cgroup v1 key: on this cgroup v2 host LXC ignores it silently; the rule does nothing, now or after the reboot |
 | 204 | LXF104 | warning | may | - | lxc.cgroup2.devices.allow: a allows every device: it works, so nothing breaks because of it, but it is the rule that hides the next missing one; narrow it in the same window (the lines below keep every device the container is given) |
@@ -141,11 +142,12 @@ In `/etc/pve/lxc/201.conf`:
 + lxc.cgroup2.devices.allow: /dev/dri/by-path/pci-0000:01:00.0-card rwm
 ```
 
-#### CT 202: LXF201 /dev/dri/renderD128
+#### CT 202: LXF201 /dev/dri/renderD128, LXF114 /dev/dri/renderD128
 
 In `/etc/pve/lxc/202.conf`:
 
 ```diff
+# or let every user in CT 202 open it: dev0: /dev/dri/renderD128,mode=0666 (lxcfix apply --mode-0666; any process inside, not only the render group)
 - dev0: /dev/dri/renderD128
 + dev0: /dev/dri/renderD128,gid=105
 ```
@@ -270,6 +272,8 @@ def test_render_gid_unknown_says_how_to_read_it():
     report = audit.audit([host(configs={"202": CONFIGS["202"]})], "reboot")
     (i,) = items(report, code="LXF201")
     assert i.change == ("# <gid of group 'render' in CT 202>: pct exec 202 -- getent group render   (the third field)\n"
+                        "# or let every user in CT 202 open it: dev0: /dev/dri/renderD128,mode=0666 "
+                        "(lxcfix apply --mode-0666; any process inside, not only the render group)\n"
                         "- dev0: /dev/dri/renderD128\n"
                         "+ dev0: /dev/dri/renderD128,gid=<gid of group 'render' in CT 202>")
 
@@ -279,7 +283,8 @@ def test_render_through_a_directory_mount_adds_a_devn_entry():
     probed = {"206": [replace(PROBED["202"][0], ct="206")]}
     report = audit.audit([host(configs={"206": cfg}, probed=probed)], "reboot", ct_groups={("pve1", "206"): {"render": 993}})
     (i,) = items(report, code="LXF201")
-    assert i.change.splitlines()[-1] == "+ dev0: /dev/dri/renderD128,gid=993"
+    # card0 and card1 (video) become dev0 and dev1: every node of the directory gets its own entry
+    assert i.change.splitlines()[-1] == "+ dev2: /dev/dri/renderD128,gid=993"
     assert i.change.startswith("# /dev/dri is mounted whole")
     assert not items(report, code="LXF113")  # a directory mount brings every card in, whatever its number
 
@@ -289,6 +294,9 @@ def test_render_gid_on_proxmox_before_8_1_maps_the_group_with_an_idmap():
                          ct_groups={("pve1", "202"): {"render": 105}})
     (i,) = items(report, code="LXF201")
     assert i.change == ("# let root map the host group: echo 'root:104:1' >> /etc/subgid\n"
+                        "#   (or: lxcfix apply --ct 202 --write-subgid, which writes it with a backup)\n"
+                        "# or on the host: a udev rule giving the node mode 0666 (every user of every container "
+                        "that gets it can open it)\n"
                         "+ lxc.idmap: u 0 100000 65536\n"
                         "+ lxc.idmap: g 0 100000 105\n"
                         "+ lxc.idmap: g 105 104 1\n"

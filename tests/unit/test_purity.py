@@ -16,7 +16,7 @@ PURE = (
     "lxcfix.rules.allowlist", "lxcfix.rules.hygiene", "lxcfix.rules.host", "lxcfix.rules.live",
     "lxcfix.rules.probe", "lxcfix.rules.access", "lxcfix.rules.foresight", "lxcfix.plan", "lxcfix.liveplan",
     "lxcfix.render", "lxcfix.report", "lxcfix.audit", "lxcfix.fixes", "lxcfix.styles", "lxcfix.outcome",
-    "lxcfix.inventory", "lxcfix.sweep", "lxcfix.causes", "lxcfix.codes",
+    "lxcfix.idmap", "lxcfix.inventory", "lxcfix.sweep", "lxcfix.causes", "lxcfix.codes",
 )
 IO_MODULES = (
     "subprocess", "socket", "multiprocessing", "paramiko", "fabric", "invoke",
