@@ -18,7 +18,7 @@ What folds into one cause (union of):
   a probe finding about a device carries the same fix as the config finding);
 - findings about one device family that fail the same way: the cgroup denies it
   (LXF100, LXF101, LXF200), it is not passed in (LXF110, LXF202), it is missing
-  on the host (LXF112), group access (LXF201); the NVIDIA nodes (nvidia,
+  on the host (LXF112), group access (LXF201, LXF114, LXF115, LXF204); the NVIDIA nodes (nvidia,
   nvidia-uvm, nvidia-caps) are one family: one GPU;
 - findings about the same device node across those (LXF112 on the host and
   LXF202 inside), and cuInit / NVML failures (LXF210, LXF211) that name a node;
@@ -46,7 +46,7 @@ DEVICE_KIND = {
     "LXF100": "cgroup-denies", "LXF101": "cgroup-denies", "LXF200": "cgroup-denies",
     "LXF110": "not-passed-in", "LXF202": "not-passed-in",
     "LXF112": "missing-on-host",
-    "LXF201": "no-access",
+    "LXF201": "no-access", "LXF114": "no-access", "LXF115": "no-access", "LXF204": "no-access",
 }
 # Findings that fold into the cause of the node they name, whatever its kind.
 NODE_LINKED = frozenset({"LXF100", "LXF101", "LXF110", "LXF112", "LXF200", "LXF202", "LXF203", "LXF210", "LXF211"})
@@ -399,7 +399,7 @@ def _title(kind: str | None, ct: str, fs: list[Finding], nodes: list[_Node | Non
         what = _what(ct, fs, family, f"CT {ct} lacks {_join(paths)}")
         return f"{what}: {_join(paths)} {'is' if len(paths) == 1 else 'are'} not passed into the container"
     if kind == "no-access":
-        paths = _paths(fs, ("LXF201",))
+        paths = _paths(fs, ("LXF201", "LXF204", "LXF115", "LXF114"))
         return (f"CT {ct}'s users cannot open {_join(paths)}: EACCES from the node's owner, group or mode "
                 "(not the cgroup)")
     if kind == "driver-mismatch":

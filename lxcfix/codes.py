@@ -238,6 +238,41 @@ CODES: dict[str, Code] = {c.code: c for c in (
         "A host with one GPU and no simpledrm/efifb framebuffer: the index does not change.",
     ),
     Code(
+        "LXF114", "warning",
+        "unprivileged container: the service's group (render, video) cannot open the node",
+        "In an unprivileged container a node's owner and group are seen through the idmap. A devN "
+        "entry without `gid=` is created root:root 0660, and a host node whose group is not mapped shows "
+        "as nogroup: root inside can open it, but jellyfin, plex, frigate or ollama in the container's "
+        "render or video group get EACCES.",
+        "From the config, the idmap (`lxc.idmap`, or Proxmox's default `u|g 0 100000 65536`) and the "
+        "host node's owner and mode: lxcfix works out who inside is owner and group of each render, card, "
+        "kfd, video or serial node and whether the group bits let the container's group in. Measured on "
+        "real idmapped containers: a devN node without gid= is 100000:100000 0660 on the host (root:root "
+        "inside) and a member of render gets EACCES.",
+        (("devn", "Proxmox VE 8.1+: `devN: /dev/dri/renderD128,gid=GID` with GID the container's own group "
+                  "(`pct exec CT -- getent group render`); a bind mount becomes a devN entry."),
+         ("path", "Map the host group onto the container's group: `lxc.idmap` lines that split `g 0 100000 "
+                  "65536` around GID (`g GID HOSTGID 1`), and `root:HOSTGID:1` in /etc/subgid "
+                  "(`lxcfix apply --write-subgid` writes it, backed up)."),
+         ("numeric", "The same idmap change; `--mode-0666` (devN `mode=0666`) lets every user in instead.")),
+        "The service runs as root inside, or its user is in a group the node's mode lets in by other means "
+        "(an ACL inside the container). The probe's open as the member (LXF204/LXF205) settles it.",
+    ),
+    Code(
+        "LXF115", "error",
+        "unprivileged container: a bind-mounted node nobody inside can open, root included",
+        "A bind mount shows the host node as it is. When neither its owner nor its group is mapped into "
+        "the container, inside it is nobody:nogroup, only the 'other' bits count, and with mode 0660 no "
+        "user can open it: root inside is just another unmapped uid.",
+        "The host node's uid, gid and mode against the container's idmap. Measured on a real idmapped "
+        "container: a bind-mounted root:993 0660 node gives EACCES to root inside.",
+        (("devn", "Proxmox VE 8.1+: replace the bind mount with `devN: /dev/kfd,gid=GID` (Proxmox creates the "
+                  "node inside with the mapped owner)."),
+         ("path", "Pass the host group through with `lxc.idmap` lines and `root:HOSTGID:1` in /etc/subgid."),
+         ("numeric", "The same idmap change; or a udev rule on the host that gives the node mode 0666.")),
+        "The node's mode lets 'other' in (0666): then anyone inside can open it and lxcfix does not report it.",
+    ),
+    Code(
         "LXF120", "info",
         "config has `lock:`; apply refuses",
         "`lock: backup|migrate|snapshot|...`: Proxmox is working on the container (a backup, a migration, "
@@ -342,6 +377,33 @@ CODES: dict[str, Code] = {c.code: c for c in (
         (("any", "Make the host node exist before the container starts (`lxcfix host-fix` for NVIDIA), "
                  "pass the host's node in (bind mount or devN) instead of a copy, and restart."),),
         "None known.",
+    ),
+    Code(
+        "LXF204", "error",
+        "probe: the open as a member of the node's group was refused",
+        "The probe dropped to the service user (a member of render, video or the devN's gid=) and "
+        "tried the open for real; it was refused. The container's root may open the node, the "
+        "service cannot.",
+        "A forked child inside the container sets the member's uid and the group's gid (python3, else "
+        "`setpriv`) and calls open(); nothing inside is changed. The finding names the user, group, errno "
+        "and the cause (owner, group, mode or idmap).",
+        (("devn", "`devN: PATH,gid=GID` with the container's gid for that group."),
+         ("path", "`lxc.idmap` lines that pass the host group through, and `root:HOSTGID:1` in /etc/subgid."),
+         ("numeric", "The same idmap change, or `--mode-0666`.")),
+        "The service runs as another user than the group's members the probe found; the check used "
+        "the first member.",
+    ),
+    Code(
+        "LXF205", "info",
+        "probe: root inside is refused but the group's members get in",
+        "After an idmap pass-through the node is owned by an unmapped user but its group is the "
+        "container's render/video group: the service, a member, can open it; root inside cannot. That "
+        "is the intended state, and it replaces LXF201 for the node.",
+        "The probe's open as root (EACCES) and as a member of the group (success or a driver errno such "
+        "as ENXIO, which means the open reached the driver).",
+        (("any", "Nothing to fix when the service runs as a member of the group. Add root to it inside, or "
+                 "use `gid=`/`mode=` on a devN entry, if root must open it."),),
+        "A service that runs as root inside: then this is LXF201.",
     ),
     Code(
         "LXF210", "error",
