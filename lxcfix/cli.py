@@ -343,8 +343,11 @@ def audit(
     root: Optional[str] = RootOpt,
     inventory: Optional[str] = InventoryOpt,
     host: Optional[List[str]] = HostOpt,
-    for_: str = typer.Option("reboot", "--for", help="reboot or driver-upgrade"),
+    for_: str = typer.Option("reboot", "--for",
+                             help="reboot, driver-upgrade, kernel-upgrade, lxc-upgrade (LXC 7) or pve-upgrade (8 -> 9)"),
     to_driver: Optional[str] = typer.Option(None, "--to-driver", help="NVIDIA version the upgrade installs."),
+    to_kernel: Optional[str] = typer.Option(
+        None, "--to-kernel", help="Kernel the kernel upgrade boots (default: the newest installed, not running)."),
     no_probe: bool = typer.Option(False, "--no-probe", help="Do not enter running containers."),
     as_json: bool = typer.Option(False, "--json"),
     markdown: Optional[str] = typer.Option(None, "--markdown", help="Also write a change-ticket report to FILE ('-': stdout)."),
@@ -354,11 +357,14 @@ def audit(
     known_hosts: Optional[str] = KnownHostsOpt,
     ssh_config: Optional[str] = SshConfigOpt,
 ) -> Audited:
-    """What breaks on the next reboot or driver upgrade, and the exact change that prevents it."""
+    """What breaks on the next reboot, driver, kernel, LXC or Proxmox VE upgrade, and the exact change that prevents it."""
     from . import audit as audit_mod, hostfix
 
     if for_ not in audit_mod.FOR:
-        raise BadInput(f"unknown --for {for_!r}: use reboot or driver-upgrade")
+        raise BadInput(f"unknown --for {for_!r}: use {', '.join(audit_mod.FOR)}")
+    if to_kernel is not None and (for_ != "kernel-upgrade" or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+~-]{0,63}",
+                                                                                  to_kernel)):
+        raise BadInput(f"--to-kernel {to_kernel!r}: a kernel release (uname -r) with --for kernel-upgrade")
     if fmt not in ("table", "json", "markdown"):
         raise BadInput(f"unknown --format {fmt!r}: use table, json or markdown")
     if inventory is not None:
@@ -367,12 +373,12 @@ def audit(
         reps = _fleet(FleetRequest(inventory, tuple(host or ()), (), not no_probe, "auto", concurrency,
                                    known_hosts, accept_new, ssh_config, keep_context=True),
                       show_progress=fmt == "table")
-        result = audit_mod.audit(reps, for_, new_driver=to_driver)
+        result = audit_mod.audit(reps, for_, new_driver=to_driver, to_kernel=to_kernel)
         flags = {r.host: f"--host {r.host}" for r in reps}
     else:
         target = repair.open_target(root, host)
         rep = repair.scan(target, None, probe=not no_probe, keep_context=True)
-        result = audit_mod.audit([rep], for_, new_driver=to_driver,
+        result = audit_mod.audit([rep], for_, new_driver=to_driver, to_kernel=to_kernel,
                                  boot_nodes={rep.host: hostfix.unit_installed(target)})
         flags = {rep.host: f"--root {root}" if root else ""}
     if markdown is not None:
@@ -402,6 +408,9 @@ def _print_audit(result, for_: str) -> None:
     hosts = ", ".join(h.host for h in result.hosts)
     say(f"audit for {for_} on {hosts}: {s['will']} will break, {s['may']} may break, "
         f"of {s['containers']} containers", "bold")
+    for h in result.hosts:
+        for n in h.notes:
+            say(f"  {h.host}: {n}", "dim")
     for i in result.items:
         line = Text(clean(f"{i.ct:>8}  "))
         line.append(f"{i.code} ", style="bold")

@@ -97,6 +97,10 @@ class Effective:
     given: tuple[Given, ...]
     unprivileged: bool = False
     lock: str | None = None
+    # The cgroup2 device lines as lxc-start reads them, includes followed: (verb, value,
+    # origin); the first `shared` come before the container's own (devices.replay_outcomes).
+    rule_lines: tuple[tuple[str, str, str], ...] = ()
+    shared: int = 0
 
 
 def parse_mount(value: str, index: int | None, origin: str = "") -> Mount | None:
@@ -248,6 +252,8 @@ def effective(cfg: CtConfig, facts: HostFacts, load: Loader) -> Effective:
         given=tuple(_given(mounts, devn_t, facts)),
         unprivileged=unprivileged,
         lock=cfg.get("lock") if pve else None,
+        rule_lines=tuple(rule_lines),
+        shared=shared,
     )
 
 

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import os
 import posixpath
 from dataclasses import dataclass
 from typing import Callable
@@ -15,30 +16,49 @@ from . import ctconfig, facts as F
 from .backends import Lxc, Proxmox
 from .ctconfig import CtConfig
 from .effective import effective
-from .model import DeviceNode, HostFacts
+from .model import DeviceNode, HostFacts, KernelTree, Storage
 from .rules import Context
-from .transport import Transport
+from .transport import Transport, env_path
 
 
-def fact_text(t: Transport, fact: F.Fact) -> str | None:
-    """What a fact reads or runs on the host; None when the file or command is not there."""
+def fact_text(t: Transport, fact: F.Fact, path: str | None = None) -> str | None:
+    """What a fact reads or runs on the host; None when the file or command is not there.
+    path: where to read it instead of fact.read (a {kernel}/{dev} filled in, LXCFIX_PVE_DIR)."""
     if fact.read is not None:
         try:
-            return t.read(fact.read).decode("utf-8", "surrogateescape")
+            return t.read(path or fact.read).decode("utf-8", "surrogateescape")
         except OSError:
             return None
     result = t.run(list(fact.run or ()), timeout=60)
     return result.stdout if result.ok else None
 
 
+def fact_path(name: str, fact: F.Fact, backend: Proxmox | Lxc) -> str | None:
+    """Where a fact is read on this host: the backend's Proxmox directory for storage.cfg,
+    lxcfix's state directory for its journal."""
+    if name == "storage_cfg":
+        return f"{backend.pve_dir if isinstance(backend, Proxmox) else '/etc/pve'}/storage.cfg"
+    if name == "journal":
+        return f"{env_path('LXCFIX_STATE_DIR', '/var/lib/lxcfix')}/journal.jsonl"
+    return fact.read
+
+
 def host_facts(t: Transport, backend: Proxmox | Lxc) -> HostFacts:
     """Every fact of facts.FACTS that applies to this backend, parsed. Device
     nodes come through the transport (a walk of /dev here, the dev_nodes
-    fact's command over SSH)."""
+    fact's command over SSH). On a host with out-of-tree modules (DKMS, NVIDIA's
+    installer), also the installed kernels' module trees and the drivers of the
+    catalog's device nodes: what a kernel upgrade needs (`dkms status` runs only
+    where /proc/modules shows such a module, or cannot be read). On Proxmox, the files
+    in every storage's snippets/ directory (hookscripts)."""
     texts: dict[str, str | None] = {}
     for name, fact in F.FACTS.items():
-        if name != "dev_nodes" and backend.name in fact.backends:
-            texts[name] = fact_text(t, fact)
+        if name not in ("dev_nodes", "dkms_status") and fact.each is None and backend.name in fact.backends:
+            texts[name] = fact_text(t, fact, fact_path(name, fact, backend))
+    loaded = F.FACTS["proc_modules"].parse(texts["proc_modules"]) if texts.get("proc_modules") is not None else None
+    if loaded is None or any(m.out_of_tree for m in loaded.values()):
+        # `dkms status` is a shell script that takes a while: only where out-of-tree modules are loaded
+        texts["dkms_status"] = fact_text(t, F.FACTS["dkms_status"])
     value = {name: F.FACTS[name].parse(text) for name, text in texts.items() if text is not None}
     try:
         nodes = t.device_nodes()
@@ -48,6 +68,13 @@ def host_facts(t: Transport, backend: Proxmox | Lxc) -> HostFacts:
     raw = {"/proc/devices": texts.get("proc_devices") or ""}
     if texts.get("pveversion") is not None:
         raw["pveversion -v"] = texts["pveversion"] or ""
+    modules = value.get("proc_modules", {})
+    dkms = value.get("dkms_status", ())
+    kernel = value.get("kernel_release")
+    out_of_tree = any(m.out_of_tree for m in modules.values()) or bool(dkms)
+    storages: dict = {}
+    if backend.name == "pve":
+        storages = value.get("storage_cfg") if texts.get("storage_cfg") is not None else DEFAULT_STORAGES
     return HostFacts(
         host=t.name,
         backend=backend.name,
@@ -60,7 +87,131 @@ def host_facts(t: Transport, backend: Proxmox | Lxc) -> HostFacts:
         pve_version=value.get("pveversion", (None, None))[0],
         lxc_version=value.get("lxc_version"),
         raw=raw,
+        kernel=kernel,
+        kernels=kernel_trees(t, modules, dkms) if out_of_tree else {},
+        modules=modules,
+        modules_known=texts.get("proc_modules") is not None,
+        dkms=dkms,
+        dkms_known=texts.get("dkms_status") is not None,
+        device_drivers=device_drivers(t, nodes) if out_of_tree else {},
+        storages=storages,
+        snippets=snippet_files(t, storages) if storages else {},
+        config_writes=value.get("journal", {}),
     )
+
+
+# What Proxmox assumes without a storage.cfg: the `local` directory storage.
+DEFAULT_STORAGES = {"local": Storage("local", "dir", "/var/lib/vz", ("iso", "vztmpl", "backup", "snippets"))}
+
+# Where modules built outside the kernel tree are installed: DKMS (updates/dkms), other
+# packages (updates, extra), NVIDIA's .run installer (kernel/drivers/video).
+_OUT_OF_TREE_DIRS = ("updates", "extra", "kernel/drivers/video")
+
+
+def kernel_trees(t: Transport, modules, dkms) -> dict[str, KernelTree]:
+    """Every installed kernel's /lib/modules tree: where the modules a kernel upgrade
+    needs are (those loaded out of tree now, DKMS's, facts.KNOWN_OUT_OF_TREE), from
+    modules.dep (what modprobe loads from), else a walk of the out-of-tree directories;
+    and whether its build headers are there (DKMS builds need them)."""
+    wanted = {n for n, m in modules.items() if m.out_of_tree} | {d.module for d in dkms} | set(F.KNOWN_OUT_OF_TREE)
+    try:
+        versions = [v for v in t.listdir("/lib/modules") if F.parse_kernel_release(v) == v]
+    except OSError:
+        return {}
+    fact = F.FACTS["modules_dep"]
+    out = {}
+    for v in versions[:32]:
+        top = f"/lib/modules/{v}"
+        text = fact_text(t, fact, fact.read.format(kernel=v))
+        if text is not None:
+            found, complete = fact.parse(text), True
+        else:
+            found, complete = _walk_modules(t, top), False
+        try:
+            headers = t.isdir(f"{top}/build")
+        except OSError:
+            headers = None
+        out[v] = KernelTree(v, {n: p for n, p in found.items() if n in wanted}, complete, headers)
+    return out
+
+
+def _walk_modules(t: Transport, top: str) -> dict[str, str]:
+    """module name -> path, from the directories out-of-tree modules go to (a tree without modules.dep)."""
+    found: dict[str, str] = {}
+    todo = [(d, 0) for d in _OUT_OF_TREE_DIRS]
+    while todo and len(found) < 4096:
+        rel, depth = todo.pop()
+        try:
+            names = t.listdir(f"{top}/{rel}")
+        except OSError:
+            continue
+        for name in names:
+            parsed = F.parse_modules_dep(f"{rel}/{name}:")
+            if parsed:
+                for k, v in parsed.items():
+                    found.setdefault(k, v)
+            elif depth < 3 and "." not in name and rel != "kernel/drivers/video":
+                todo.append((f"{rel}/{name}", depth + 1))
+    return found
+
+
+# The catalog profiles whose nodes sit on a device with a driver (sysfs: /sys/dev/char/M:m/device).
+_DRIVER_PROFILES = frozenset({"dri", "apex", "usb-serial", "usb-acm", "kfd"})
+
+
+def device_drivers(t: Transport, nodes) -> dict[str, str]:
+    """"c 226:1" -> "nvidia": the driver of the device behind each catalog node
+    (its sysfs uevent's DRIVER=), so a kernel upgrade knows which module it needs."""
+    from .devices import lookup
+
+    fact = F.FACTS["device_driver"]
+    probe = HostFacts(host=t.name, backend="lxc")
+    out: dict[str, str] = {}
+    for path, n in sorted(nodes.items()):
+        key = f"{n.kind} {n.major}:{n.minor}"
+        hit = lookup(path, probe)
+        if n.kind != "c" or key in out or hit is None or hit.profile.name not in _DRIVER_PROFILES:
+            continue
+        text = fact_text(t, fact, fact.read.format(dev=f"{n.major}:{n.minor}"))
+        driver = fact.parse(text) if text is not None else None
+        if driver is not None:
+            out[key] = driver
+        if len(out) >= 256:
+            break
+    return out
+
+
+def snippet_files(t: Transport, storages) -> dict[str, dict[str, int]]:
+    """storage id -> {file: st_mode} of its snippets/ directory, for every storage whose
+    directory exists here (an unmounted share's or a snapshot's without it: unknown)."""
+    out: dict[str, dict[str, int]] = {}
+    for sid, st in sorted(storages.items()):
+        if st.path is None:
+            continue
+        try:
+            if not t.isdir(st.path):
+                continue
+            names = t.listdir(f"{st.path}/snippets") if t.isdir(f"{st.path}/snippets") else []
+        except OSError:
+            continue
+        out[sid] = file_modes(t, [f"{st.path}/snippets/{n}" for n in names[:512]], st.path + "/snippets/")
+    return out
+
+
+def file_modes(t: Transport, paths: list[str], prefix: str) -> dict[str, int]:
+    """{name below prefix: st_mode} (symlinks followed, as Proxmox's -x test follows them)."""
+    if not paths:
+        return {}
+    modes: dict[str, int] = {}
+    if t.local:
+        for p in paths:
+            try:
+                modes[p] = os.stat(t.local_path(p)).st_mode
+            except OSError:
+                continue
+    else:
+        modes = F.parse_stat_modes(t.run(["stat", "-L", "-c", "%f|%n", "--", *paths], timeout=60).stdout)
+    return {p[len(prefix):]: m for p, m in modes.items() if p.startswith(prefix)}
 
 
 def source_nodes(t: Transport, paths: list[str]) -> dict[str, DeviceNode]:

@@ -209,4 +209,7 @@ def test_examples_have_the_documented_findings():
         "lxc-healthy/vpn": [], "lxc-healthy/web": [],
         "pve-gpu-host/200": ["LXF101"], "pve-gpu-host/201": ["LXF100"],
         "pve-gpu-host/202": [], "pve-gpu-host/203": ["LXF120"],
+        "pve-kernel-upgrade/300": [], "pve-kernel-upgrade/301": [], "pve-kernel-upgrade/302": ["LXF140"],
+        "pve-kernel-upgrade/303": ["LXF100", "LXF102"],
+        "pve-kernel-upgrade/304": ["LXF152", "LXF153", "LXF153"],
     }
