@@ -243,7 +243,7 @@ class _Ct:
                          "\n".join(f"{l[0]} {l[1:]}" for l in lines), "config", f.device, self.c.path)
 
     def v1_key(self, f: Finding) -> AuditItem | None:
-        if self.for_ in ("lxc-upgrade", "pve-upgrade"):
+        if self.for_ in ("lxc-upgrade", "pve-upgrade") and self.ctx is not None:
             return None  # rules.upgrade's LXF150 says what the upgrade does with it
         return self.item(f, "will", f"{f.message}; the rule does nothing, now or after the {self._event}")
 

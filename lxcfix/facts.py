@@ -366,8 +366,8 @@ def parse_journal_writes(text: str) -> dict[str, ConfigWrite]:
     lxcfix wrote it and the digest it wrote. A line that is not such an event is skipped."""
     out: dict[str, ConfigWrite] = {}
     for line in text.split("\n"):
-        if not line.startswith("{") or len(line) > 65536:
-            continue
+        if not line.startswith("{") or len(line) > 65536 or not any(f'"{w}"' in line for w in _WRITES):
+            continue  # most of a journal is other events: only these lines are worth decoding
         try:
             event = json.loads(line)
         except (ValueError, RecursionError):
