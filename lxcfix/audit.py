@@ -1,6 +1,6 @@
-"""Before maintenance: which containers WILL or MAY break on the next reboot or
-driver upgrade, why, and the exact change that prevents it. Pure: scan reports
-in, an AuditReport and its renderings out.
+"""Before maintenance: which containers WILL or MAY break on the next reboot,
+driver, kernel, LXC or Proxmox VE upgrade, why, and the exact change that
+prevents it. Pure: scan reports in, an AuditReport and its renderings out.
 
     report = audit([host_report], "reboot")
     report.items[0] == AuditItem(
@@ -16,9 +16,13 @@ The audit judges the view the scan judged (each CtReport's context: includes
 followed, the host's own LXC files) and shows the fixes the scan's findings
 carry (model.Fix, rendered: `- old line` / `+ new line` for a config change,
 commands for the host, an instruction when no exact text is possible). Items
-come from the findings (LXF100/101/102/103/104/111/112/114/115/201/204/212/300) and from
-the checks only maintenance needs (rules.foresight: LXF113 cardN numbering,
-nvidia-uvm not created at boot, the userspace an upgrade needs). Values only
+come from the findings (LXF100/101/102/103/104/111/112/114/115/121/140/143/145/
+146/152/153/154/201/204/212/300) and from the checks only maintenance needs
+(rules.foresight: LXF113 cardN and LXF155 ttyUSBn numbering, nvidia-uvm not
+created at boot, the userspace an upgrade needs; rules.upgrade: LXF150 v1
+keys LXC 7 refuses, LXF151 what cgroup v2 only changes, LXF156/LXF157 modules
+the next kernel lacks). Each occasion takes the items it concerns: an LXC
+upgrade reloads no driver and renumbers no device. Values only
 the container knows (the gid of its `render` group) come from `ct_groups` when
 the caller has them, else from the probe; otherwise the change says how to read them.
 """
@@ -36,7 +40,9 @@ from .rules import access, foresight
 from .rules.access import given_at, group_access_fix
 
 SCHEMA = 1
-FOR = ("reboot", "driver-upgrade")
+FOR = foresight.FOR  # reboot, driver-upgrade, kernel-upgrade, lxc-upgrade, pve-upgrade
+# Occasions that need the installed kernels' modules and the devices' drivers (gather.UPGRADE_ONLY).
+UPGRADE_FACTS = frozenset({"kernel-upgrade", "pve-upgrade"})
 
 # Dynamic majors a driver upgrade can move (the NVIDIA modules are reloaded);
 # a reboot can move any dynamic major.
@@ -76,6 +82,8 @@ class HostAudit:
     pve_version: str | None
     lxc_version: str | None
     containers: tuple[tuple[str, str], ...] = ()  # (ct, config path), in scan order
+    kernel: str | None = None
+    notes: tuple[str, ...] = ()  # what the audit assumed for this host ("target kernel: ...")
 
 
 @dataclass(frozen=True)
@@ -84,6 +92,11 @@ class AuditReport:
     hosts: tuple[HostAudit, ...]
     items: tuple[AuditItem, ...]
     new_driver: str | None = None
+    to_kernel: str | None = None
+
+    @property
+    def event(self) -> str:
+        return foresight.EVENTS.get(self.for_, self.for_)
 
     def items_of(self, host: str, ct: str | None = None) -> list[AuditItem]:
         return [i for i in self.items if i.host == host and (ct is None or i.ct == ct)]
@@ -104,14 +117,17 @@ class AuditReport:
 
 def audit(hosts: Sequence[HostReport], for_: str, *, new_driver: str | None = None,
           boot_nodes: Mapping[str, bool] | None = None,
-          ct_groups: Mapping[tuple[str, str], Mapping[str, int]] | None = None) -> AuditReport:
+          ct_groups: Mapping[tuple[str, str], Mapping[str, int]] | None = None,
+          to_kernel: str | None = None) -> AuditReport:
     """hosts: scan reports (with probe results for LXF201/LXF212 to show up).
     new_driver: the NVIDIA driver version the upgrade installs, when known.
     boot_nodes: host -> True when something creates the NVIDIA nodes at boot
     (lxcfix's unit is installed); unknown hosts get a "may" item.
-    ct_groups: (host, ct) -> {"render": 104, "video": 44} read inside the container."""
+    ct_groups: (host, ct) -> {"render": 104, "video": 44} read inside the container.
+    to_kernel: the kernel a kernel upgrade boots (default: each host's newest
+    installed kernel that is not the running one)."""
     if for_ not in FOR:
-        raise BadInput(f"unknown --for {for_!r}: use reboot or driver-upgrade")
+        raise BadInput(f"unknown --for {for_!r}: use {', '.join(FOR)}")
     items: list[AuditItem] = []
     summaries = []
     for h in hosts:
@@ -119,15 +135,38 @@ def audit(hosts: Sequence[HostReport], for_: str, *, new_driver: str | None = No
         summaries.append(HostAudit(
             h.host, h.backend, h.error, f.nvidia_driver if f else None, f.cgroup_layout if f else None,
             f.pve_version if f else None, f.lxc_version if f else None,
-            tuple((c.ct, c.path) for c in h.containers)))
+            tuple((c.ct, c.path) for c in h.containers), f.kernel if f else None,
+            _host_notes(f, for_, to_kernel) if f else ()))
         if f is None:
             continue
-        occasion = foresight.Occasion(for_, new_driver, (boot_nodes or {}).get(h.host, False))
+        occasion = foresight.Occasion(for_, new_driver, (boot_nodes or {}).get(h.host, False), to_kernel)
         for c in h.containers:
             groups = (ct_groups or {}).get((h.host, c.ct)) or _probed_groups(c)
             items += _Ct(h, c, f, occasion, groups).items()
     items.sort(key=_item_order)
-    return AuditReport(for_, tuple(summaries), tuple(items), new_driver)
+    return AuditReport(for_, tuple(summaries), tuple(items), new_driver, to_kernel)
+
+
+def _host_notes(f: HostFacts, for_: str, to_kernel: str | None) -> tuple[str, ...]:
+    """What the audit of one host assumed: the kernel it checks modules against, the LXC and
+    Proxmox VE versions an upgrade starts from."""
+    from .facts import version_tuple
+    from .rules.upgrade import kernel_target
+
+    notes = []
+    if for_ in ("kernel-upgrade", "pve-upgrade"):
+        target, why = kernel_target(f, to_kernel)
+        notes.append(f"kernel: running {f.kernel or 'unknown'}; target {target or 'unknown'} ({why})")
+        if not f.modules_known:
+            notes.append("/proc/modules not read: only NVIDIA's and Coral's modules are known to be out of tree")
+    if for_ == "lxc-upgrade":
+        notes.append(f"LXC {f.lxc_version or 'version unknown'} -> 7 (upstream 7.0.0 refuses cgroup v1 keys)")
+    if for_ == "pve-upgrade":
+        major = version_tuple(f.pve_version)[:1]
+        notes.append(f"Proxmox VE {f.pve_version or 'version unknown'} -> 9 (cgroup v2 only, LXC 6.0, a new "
+                     "kernel); pve8to9 checks no device lines" if major < (9,) else
+                     f"Proxmox VE {f.pve_version} is 9 already: the items are what LXC 7 and the next kernel need")
+    return tuple(notes)
 
 
 def _probed_groups(c: CtReport) -> Mapping[str, int]:
@@ -150,6 +189,7 @@ class _Ct:
                  groups: Mapping[str, int]):
         self.h, self.c, self.facts, self.occasion, self.groups = h, c, facts, occasion, groups
         self.for_ = occasion.for_
+        self.renumbers = occasion.for_ != "lxc-upgrade"  # majors and nodes can move (modules load again)
         self.ctx = c.context  # None for a report that crossed processes: then only its findings' fixes count
 
     def item(self, f: Finding, outcome: str, why: str, fix: Fix | None = None, kind: str | None = None,
@@ -192,8 +232,7 @@ class _Ct:
         if self.ctx is not None:
             ahead = foresight.check(self.ctx, self.occasion, self.c.findings)
             for f, cid in zip(ahead, causes.ids(ahead, self.facts)):
-                outcome = "will" if f.code == "LXF212" else "may"
-                out.append(replace(self.item(f, outcome, f.message), cause=cid))
+                out.append(replace(self.item(f, foresight.outcome(f, self.occasion), f.message), cause=cid))
         return out
 
     # -- from findings
@@ -209,12 +248,38 @@ class _Ct:
         return AuditItem(self.h.host, self.c.ct, f.code, f.severity, "will", why,
                          "\n".join(f"{l[0]} {l[1:]}" for l in lines), "config", f.device, self.c.path)
 
-    def v1_key(self, f: Finding) -> AuditItem:
+    def v1_key(self, f: Finding) -> AuditItem | None:
+        if self.for_ in ("lxc-upgrade", "pve-upgrade") and self.ctx is not None:
+            return None  # rules.upgrade's LXF150 says what the upgrade does with it
         return self.item(f, "will", f"{f.message}; the rule does nothing, now or after the {self._event}")
+
+    def does_nothing(self, f: Finding) -> AuditItem:
+        """LXF140/143/145/146: a rule line that does not do what it says, now or after."""
+        return self.item(f, "will", f"{f.message} (now, and after the {self._event})")
+
+    def at_next_start(self, f: Finding) -> AuditItem | None:
+        """LXF121/152/153/154: what the next start of the container does."""
+        if f.code == "LXF153" and not self.occasion.restarts_containers:
+            return None
+        if f.code == "LXF121" and not self.occasion.restarts_containers:
+            return None
+        starts = self._starts_again()
+        why = {"LXF121": f"{starts}, the container runs the config on disk, not what runs now: {f.message}",
+               "LXF153": f"{starts}: {f.message}" if starts != "at its next start" else f.message,
+               }.get(f.code, f.message)
+        return self.item(f, "will", why)
+
+    def _starts_again(self) -> str:
+        """When the container starts next: with the host, when it starts on boot."""
+        cfg = self.ctx.config if self.ctx is not None else None
+        onboot = cfg is not None and (cfg.get("onboot") == "1" or cfg.get("lxc.start.auto") == "1")
+        if self.occasion.reboots and onboot:
+            return f"after the {self._event} (it starts on boot)"
+        return "at its next start"
 
     def pinned(self, f: Finding) -> AuditItem | None:
         r = self.rule_of(f)
-        if r is None or r.rule is None:
+        if r is None or r.rule is None or not self.renumbers:
             return None
         profile = devices.profile_for_major(r.rule.major, self.facts, r.rule.minor) if r.rule.major else None
         name = profile.name if profile else f"major {r.rule.major}"
@@ -239,7 +304,7 @@ class _Ct:
         return self.item(f, "may", why)
 
     def not_optional(self, f: Finding) -> AuditItem | None:
-        if self.ctx is None or f.fix is None or not f.fix.edits:
+        if self.ctx is None or f.fix is None or not f.fix.edits or not self.renumbers:
             return None
         g = given_at(self.ctx, f.device or "")
         if self.for_ == "driver-upgrade" and (g is None or g.profile not in NVIDIA_PROFILES):
@@ -310,6 +375,14 @@ _HANDLERS = {
     "LXF112": _Ct.missing_on_host,
     "LXF114": _Ct.group_access,
     "LXF115": _Ct.group_access,
+    "LXF121": _Ct.at_next_start,
+    "LXF140": _Ct.does_nothing,
+    "LXF143": _Ct.does_nothing,
+    "LXF145": _Ct.does_nothing,
+    "LXF146": _Ct.does_nothing,
+    "LXF152": _Ct.at_next_start,
+    "LXF153": _Ct.at_next_start,
+    "LXF154": _Ct.at_next_start,
     "LXF201": _Ct.eacces,
     "LXF204": _Ct.group_access,
     "LXF212": _Ct.driver_mismatch,
@@ -347,9 +420,11 @@ def to_json(report: AuditReport) -> dict:
         "command": "audit",
         "for": report.for_,
         "new_driver": report.new_driver,
+        "to_kernel": report.to_kernel,
         "hosts": [
             {"host": h.host, "backend": h.backend, "error": h.error, "nvidia_driver": h.nvidia_driver,
              "cgroup_layout": h.cgroup_layout, "pve_version": h.pve_version, "lxc_version": h.lxc_version,
+             "kernel": h.kernel, "notes": list(h.notes),
              "containers": len(h.containers),
              "will": sum(1 for ct, _ in h.containers if report.outcome_of(h.host, ct) == "will"),
              "may": sum(1 for ct, _ in h.containers if report.outcome_of(h.host, ct) == "may")}
@@ -377,12 +452,18 @@ def _host_flag(host: str, flags: Mapping[str, str] | None) -> str:
 def to_markdown(report: AuditReport, host_flags: Mapping[str, str] | None = None) -> str:
     """A change ticket. host_flags: host -> the lxcfix option that reaches it in
     the verify commands ("" for this host; default `--host H` for other names)."""
-    event = "driver upgrade" if report.for_ == "driver-upgrade" else "reboot"
+    event = report.event
     s = summary(report)
     at_risk = s["will"] + s["may"]
     title = f"# lxcfix audit: before the {event}"
     if report.for_ == "driver-upgrade" and report.new_driver:
         title += f" to NVIDIA {report.new_driver}"
+    elif report.for_ == "kernel-upgrade" and report.to_kernel:
+        title += f" to {report.to_kernel}"
+    elif report.for_ == "lxc-upgrade":
+        title += " to LXC 7"
+    elif report.for_ == "pve-upgrade":
+        title += " from 8 to 9"
     out = [title, ""]
     out.append(f"{at_risk} of {s['containers']} containers on {len(report.hosts)} "
                f"host{'s' if len(report.hosts) != 1 else ''} will or may break: "
@@ -402,6 +483,10 @@ def to_markdown(report: AuditReport, host_flags: Mapping[str, str] | None = None
         row = [h.host, backend, h.nvidia_driver or "-", h.cgroup_layout or "-",
                str(len(h.containers)) if not h.error else f"unreachable: {h.error}", str(will), str(may)]
         out.append("| " + " | ".join(_cell(c) for c in row) + " |")
+    notes = [(h.host, n) for h in report.hosts for n in h.notes]
+    if notes:
+        out.append("")
+        out += [f"- {host}: {n}" for host, n in notes]
     for h in report.hosts:
         items = report.items_of(h.host)
         if not items:
@@ -426,7 +511,8 @@ def to_markdown(report: AuditReport, host_flags: Mapping[str, str] | None = None
     out += ["", "## How to verify after maintenance", "", "```sh"]
     for h in report.hosts:
         flag = _host_flag(h.host, host_flags)
-        out.append(f"lxcfix audit --for {report.for_}{flag}    # nothing left at risk")
+        to = f" --to-kernel {report.to_kernel}" if report.for_ == "kernel-upgrade" and report.to_kernel else ""
+        out.append(f"lxcfix audit --for {report.for_}{to}{flag}    # nothing left at risk")
         out.append(f"lxcfix scan{flag}    # every container probed inside: no errors")
         for ct in _unique(i.ct for i in report.items_of(h.host)):
             out.append(f"lxcfix diagnose --ct {ct}{flag}")

@@ -254,6 +254,7 @@ class FleetRequest:
     accept_new: bool = False
     ssh_config: str | None = None
     keep_context: bool = False
+    upgrade: bool = False  # also the facts a kernel upgrade needs (gather.UPGRADE_ONLY)
 
 
 def _fleet(req: FleetRequest, show_progress: bool) -> list[HostReport]:
@@ -276,7 +277,8 @@ def _fleet(req: FleetRequest, show_progress: bool) -> list[HostReport]:
         task = bar.add_task("scanning", total=len(entries))
         return fleet.scan_fleet(entries, concurrency=req.concurrency, per_host=4, probe=req.probe, style=req.style,
                                 progress=lambda h, done, total: bar.update(task, completed=done, description=h),
-                                connect=connect, enter=connect.container, keep_context=req.keep_context)
+                                connect=connect, enter=connect.container, keep_context=req.keep_context,
+                                upgrade=req.upgrade)
 
 
 # ---- commands
@@ -466,9 +468,13 @@ def audit(
     root: Optional[str] = RootOpt,
     inventory: Optional[str] = InventoryOpt,
     host: Optional[List[str]] = HostOpt,
-    for_: str = typer.Option("reboot", "--for", metavar="EVENT", help="reboot or driver-upgrade"),
+    for_: str = typer.Option("reboot", "--for", metavar="EVENT",
+                             help="reboot, driver-upgrade, kernel-upgrade, lxc-upgrade (LXC 7) or pve-upgrade (8 -> 9)"),
     to_driver: Optional[str] = typer.Option(None, "--to-driver", metavar="VERSION",
                                             help="NVIDIA version the upgrade installs."),
+    to_kernel: Optional[str] = typer.Option(
+        None, "--to-kernel", metavar="VERSION",
+        help="Kernel the kernel upgrade boots (default: the newest installed, not running)."),
     no_probe: bool = typer.Option(False, "--no-probe", help="Do not enter running containers."),
     as_json: bool = typer.Option(False, "--json", help="One JSON document on stdout."),
     markdown: Optional[str] = typer.Option(None, "--markdown", metavar="FILE",
@@ -480,25 +486,30 @@ def audit(
     ssh_config: Optional[str] = SshConfigOpt,
     verbose: bool = VerboseOpt,
 ) -> Audited:
-    """What breaks on the next reboot or driver upgrade, and the exact change that prevents it."""
+    """What breaks on the next reboot, driver, kernel, LXC or Proxmox VE upgrade, and the exact change that prevents it."""
     from . import audit as audit_mod, hostfix
 
     if for_ not in audit_mod.FOR:
-        raise BadInput(f"unknown --for {for_!r}: use reboot or driver-upgrade")
+        raise BadInput(f"unknown --for {for_!r}: use {', '.join(audit_mod.FOR)}")
+    if to_kernel is not None and (for_ != "kernel-upgrade" or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+~-]{0,63}",
+                                                                                  to_kernel)):
+        raise BadInput(f"--to-kernel {to_kernel!r}: a kernel release (uname -r) with --for kernel-upgrade")
     if fmt not in ("table", "json", "markdown"):
         raise BadInput(f"unknown --format {fmt!r}: use table, json or markdown")
     if inventory is not None:
         if root is not None:
             raise BadInput("--inventory and --root: one or the other")
         reps = _fleet(FleetRequest(inventory, tuple(host or ()), (), not no_probe, "auto", concurrency,
-                                   known_hosts, accept_new, ssh_config, keep_context=True),
+                                   known_hosts, accept_new, ssh_config, keep_context=True,
+                                   upgrade=for_ in audit_mod.UPGRADE_FACTS),
                       show_progress=fmt == "table")
-        result = audit_mod.audit(reps, for_, new_driver=to_driver)
+        result = audit_mod.audit(reps, for_, new_driver=to_driver, to_kernel=to_kernel)
         flags = {r.host: f"--host {r.host}" for r in reps}
     else:
         target = repair.open_target(root, host)
-        rep = repair.scan(target, None, probe=not no_probe, keep_context=True)
-        result = audit_mod.audit([rep], for_, new_driver=to_driver,
+        rep = repair.scan(target, None, probe=not no_probe, keep_context=True,
+                          upgrade=for_ in audit_mod.UPGRADE_FACTS)
+        result = audit_mod.audit([rep], for_, new_driver=to_driver, to_kernel=to_kernel,
                                  boot_nodes={rep.host: hostfix.unit_installed(target)})
         flags = {rep.host: f"--root {root}" if root else ""}
     if markdown is not None:
@@ -528,6 +539,9 @@ def _print_audit(result, for_: str, verbose: bool = False) -> None:
     hosts = ", ".join(h.host for h in result.hosts)
     say(f"audit for {for_} on {hosts}: {s['will']} will break, {s['may']} may break, "
         f"of {s['containers']} containers", "bold")
+    for h in result.hosts:
+        for n in h.notes:
+            say(f"  {h.host}: {n}", "dim")
     if verbose:
         for i in result.items:
             line = Text(clean(f"{i.ct:>8}  "))

@@ -322,6 +322,173 @@ CODES: dict[str, Code] = {c.code: c for c in (
         "The container was deleted while the scan ran.",
     ),
     Code(
+        "LXF140", "error",
+        "a deny line that does nothing: the device stays allowed",
+        "In allowlist mode (LXC's default: common.conf allows a short list) LXC keeps one list of rules. "
+        "A `deny` line removes an allow rule only when it equals one (type, major, minor and access as "
+        "written); `deny c 195:3 rwm` after `allow c 195:* rwm` is dropped, and /dev/nvidia3 stays "
+        "allowed. The admin thinks the device is blocked; it is not.",
+        "devices.replay_outcomes replays the container's lines (includes first) through LXC's own list "
+        "semantics and says what became of each line. Measured on real LXC: `allow c 10:* rwm` + "
+        "`deny c 10:200 rwm` leaves /dev/net/tun opening.",
+        (("any", "Narrow the allow rule so it leaves the device out (allow only the minors the container "
+                 "is given). For a rule that comes from an include, add a deny equal to it (that switches "
+                 "it off) and allow the rest again. `lxcfix scan` shows the exact lines; it never applies "
+                 "them, since they change what the container may open."),),
+        "None known: LXC 5.0 and 6.0 build the same program from the same lines.",
+    ),
+    Code(
+        "LXF141", "info",
+        "a deny line that matches nothing and is not needed",
+        "A deny line no allow line equals, for a device nothing allows anyway: it changes nothing, and "
+        "reads as if it did something.",
+        "The same replay as LXF140: the line came to nothing and the device is not allowed.",
+        (("any", "Delete the line."),),
+        "A line kept on purpose for a later include that allows the device.",
+    ),
+    Code(
+        "LXF142", "info",
+        "allow lines in denylist mode: everything is allowed anyway",
+        "Without a `deny = a` the list is in denylist mode (unprivileged Proxmox containers run in it), "
+        "and LXC compiles only deny rules: every device not denied is open already, the allow lines "
+        "add nothing.",
+        "The replay: the list's mode at the end, and the allow lines that came to nothing.",
+        (("any", "Delete the allow lines, or switch to an allowlist (`lxc.cgroup2.devices.deny = a` "
+                 "first, then the allows) if the container should be limited."),),
+        "None: LXC compiles only rules of the mode's polarity.",
+    ),
+    Code(
+        "LXF143", "warning",
+        "a rule emptied out by a later `a` or empty value",
+        "`lxc.cgroup2.devices.deny = a` (or an empty value) later in the config empties the list: every "
+        "rule before it is gone, so a device allowed above it is denied at start.",
+        "The replay: the rule was in the list and a later line cleared it.",
+        (("any", "Move the rule after the line that clears the list."),),
+        "None: LXC applies the lines in order.",
+    ),
+    Code(
+        "LXF144", "info",
+        "an exact duplicate of an earlier rule",
+        "The same rule twice: the second one changes nothing.",
+        "The replay: the line equals one already in the list.",
+        (("any", "Delete the duplicate."),),
+        "None.",
+    ),
+    Code(
+        "LXF145", "warning",
+        "a path-form rule whose path is not a device node here: LXC skips it at start",
+        "`lxc.cgroup2.devices.allow = /dev/xyz rwm` is resolved with stat() when the container starts. "
+        "When the path is missing, LXC logs \"Failed to parse device rule\", starts the container "
+        "without the rule, and the device gives EPERM.",
+        "The host's device nodes (a walk of /dev). Measured on real LXC: a missing path gives that log "
+        "line and EPERM inside.",
+        (("any", "Make the node exist before the start (load its driver at boot), or use the numeric "
+                 "rule of its major when the major is fixed (`lxcfix plan --style numeric`)."),),
+        "A node created later by a hook before LXC reads the rule (lxc.hook.pre-start).",
+    ),
+    Code(
+        "LXF146", "error",
+        "`deny = a` or an empty value in the container's own config",
+        "It wipes LXC's default allowlist (common.conf): /dev/null, /dev/zero, ptys and the rest are "
+        "denied unless allowed again. With no rule left after it, LXC attaches no device program at "
+        "all and every device opens.",
+        "The container's own lines; measured on real LXC: a config whose last device line is `deny = a` "
+        "gets no BPF program and every device opens.",
+        (("any", "Delete the line; to limit the container, add deny lines for what it must not open, "
+                 "or allow lines after it for what it needs."),),
+        "A config that re-allows every default device after the line on purpose.",
+    ),
+    Code(
+        "LXF150", "error",
+        "cgroup v1 key: LXC 7 refuses it and the container does not start",
+        "`lxc.cgroup.devices.allow` and the other `lxc.cgroup.*` keys (all but `lxc.cgroup.dir*` and "
+        "`lxc.cgroup.relative`) belong to cgroup v1. LXC 5 and 6 ignore them on a cgroup v2 host "
+        "(pve-container warns \"this will be a hard error in the future\"); LXC 7 rejects them as an "
+        "unsupported key, and the container does not start.",
+        "The config's keys, against the cgroup v1 keys LXC 7 no longer takes.",
+        (("any", "Rename to the cgroup v2 key with the same meaning (`lxc.cgroup2.devices.allow`, "
+                 "`memory.max` for `memory.limit_in_bytes`); `lxcfix apply` converts device rules in "
+                 "place (LXF102), or use devN entries on Proxmox."),),
+        "A host that will stay on LXC 5 or 6 (then it is LXF102: the rule is ignored, not fatal).",
+    ),
+    Code(
+        "LXF151", "error",
+        "hybrid cgroup host: what the cgroup v2 only upgrade changes for this container",
+        "On a hybrid (v1 + v2) host the v1 device rules are what counts today. Proxmox VE 9 is cgroup v2 "
+        "only: the v1 rules stop counting and the cgroup2 ones start, so a container that works now can "
+        "lose its devices after the upgrade.",
+        "The container judged as it will be on a cgroup v2 only host.",
+        (("any", "Add the cgroup2 rules (or devN entries) the audit shows before the upgrade."),),
+        "None on a host that stays hybrid.",
+    ),
+    Code(
+        "LXF152", "error",
+        "hookscript missing, not executable, or on a storage this host lacks",
+        "`pct start` runs the `hookscript:` snippet before the container starts; when it is missing or "
+        "not executable the start fails (pve-guest-common: \"script '...' does not exist\"). Typical "
+        "after a restore or migration onto another node.",
+        "The hookscript's volume resolved through /etc/pve/storage.cfg, and the files of that storage's "
+        "snippets/ directory (read only on hosts where a config names one).",
+        (("any", "Restore the snippet (and `chmod 0755` it), install it on every node, or drop the "
+                 "reference: `pct set VMID --delete hookscript`."),),
+        "A shared storage that is not mounted at the moment of the scan but will be at start.",
+    ),
+    Code(
+        "LXF153", "warning",
+        "a device change waits in `[pve:pending]` until the next start",
+        "Proxmox VE 9 hotplugs new devN entries only; other edits to a running container wait in the "
+        "pending section (`pct pending`) and take effect at its next start. The finding says what that "
+        "start will do to its devices.",
+        "The `[pve:pending]` section, parsed read-only as a config of its own.",
+        (("any", "Restart the container when it suits (`pct reboot VMID`), or revert the pending change "
+                 "(`pct set VMID --revert KEY`)."),),
+        "A change the admin made on purpose for the next maintenance window.",
+    ),
+    Code(
+        "LXF154", "error",
+        "a pending change will make the next start fail",
+        "The same pending section, when what it holds breaks the start: a devN path the host does not "
+        "have, a pending hookscript that is missing.",
+        "The pending section against the host's device nodes and snippets.",
+        (("any", "Revert the pending change (`pct set VMID --revert KEY`) or make what it names exist "
+                 "before the start."),),
+        "A node or snippet that will exist by the time of the start (a driver loaded later).",
+    ),
+    Code(
+        "LXF155", "warning",
+        "USB serial node by index (`/dev/ttyUSBn`, `/dev/ttyACMn`): the number can change",
+        "USB serial adapters are numbered in the order they are found; after a reboot or a replug "
+        "/dev/ttyUSB0 can be another adapter (a Zigbee stick becomes the UPS cable).",
+        "The given path is a ttyUSBn/ttyACMn node; /dev/serial/by-id gives the stable name and which "
+        "adapter each name points to now.",
+        (("any", "Pass the by-id name in and keep the node's name inside: `lxc.mount.entry: "
+                 "/dev/serial/by-id/usb-...-if00-port0 dev/ttyUSB0 none bind,optional,create=file` and the "
+                 "rule `c 188:* rwm` (a devN entry keeps its host path inside, so it cannot rename it)."),),
+        "A host with one USB serial adapter that is never unplugged.",
+    ),
+    Code(
+        "LXF156", "error",
+        "the target kernel lacks a module a device needs: after the reboot the node is gone",
+        "A device the container is given needs a module built outside the kernel tree (nvidia via DKMS "
+        "or NVIDIA's installer, gasket/apex for Coral, any module /proc/modules marks out of tree) and "
+        "the kernel the upgrade boots does not have it: the node is missing after the reboot and the "
+        "container loses the device (or does not start, with devN).",
+        "/proc/modules, `dkms status`, the target's /lib/modules/VER/modules.dep (or a walk of its "
+        "out-of-tree directories) and build/ headers, and the devices' drivers from sysfs.",
+        (("any", "Build the module for the target before the reboot (`dkms autoinstall -k VER`, with the "
+                 "headers installed; or rerun NVIDIA's installer for it), as the audit's command says."),),
+        "A module the target kernel ships in tree (then modules.dep lists it and there is no finding).",
+    ),
+    Code(
+        "LXF157", "warning",
+        "the target kernel is not installed yet: its modules cannot be checked",
+        "The same question as LXF156 when the kernel the upgrade installs is not in /lib/modules yet.",
+        "The installed kernel trees against `--to-kernel`.",
+        (("any", "Install the kernel (and its headers), let DKMS build, then run the audit again before "
+                 "rebooting."),),
+        "None: the check needs the kernel's tree.",
+    ),
+    Code(
         "LXF200", "error",
         "probe: open() gives EPERM (cgroup denies)",
         "Inside the running container, open() of a node that is the right character device with the "

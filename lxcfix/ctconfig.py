@@ -215,6 +215,19 @@ def sections_tail(raw: bytes, flavor: Flavor) -> bytes:
     return raw[m.start():] if m else b""
 
 
+def section_body(cfg: CtConfig, name: str) -> bytes | None:
+    """The lines of section `[name]` (after its header, up to the next section), read
+    only: `section_body(cfg, "pve:pending")` is what `pct pending` shows. None when the
+    config has no such section. Nothing here edits a section."""
+    tail = sections_tail(cfg.raw, cfg.flavor)
+    headers = list(_SECTION_LINE.finditer(tail))
+    for i, m in enumerate(headers):
+        if m.group(1).decode("utf-8", "surrogateescape").lower() == name.lower():
+            end = headers[i + 1].start() if i + 1 < len(headers) else len(tail)
+            return tail[m.end():end]
+    return None
+
+
 def serialize(cfg: CtConfig) -> bytes:
     return cfg.raw
 

@@ -449,6 +449,7 @@ class LxcDeviceList:
     def __init__(self) -> None:
         self.mode: Mode = "allowlist"
         self.entries: list[_Entry] = []  # LXC list order: head (newest) first
+        self.touched: _Entry | None = None  # the entry the last add() added, flipped or reused
 
     def copy(self) -> "LxcDeviceList":
         """An independent copy (entries are flipped in place by later lines)."""
@@ -466,6 +467,7 @@ class LxcDeviceList:
         "mode", "added", "switched", "reused" or "rejected" (logged, skipped).
         stat(path) -> (kind, major, minor) resolves the path form (allow only)."""
         value = value.strip()
+        self.touched = None
         if allow and value.startswith("/"):
             parts = value.split()
             if len(parts) < 2 or stat is None:
@@ -489,11 +491,13 @@ class LxcDeviceList:
                 continue
             if not self.emitted(cur):
                 continue
+            self.touched = cur
             if cur.allow != entry.allow:
                 cur.allow = entry.allow
                 return "switched"
             return "reused"
         self.entries.insert(0, entry)
+        self.touched = entry
         return "added"
 
     def program(self) -> LiveAllowlist:
@@ -518,6 +522,66 @@ class LxcDeviceList:
 
 
 
+class LineOutcome(NamedTuple):
+    """What LXC did with one `devices.allow|deny` line (replay_outcomes).
+
+    status: "mode" (the bare `a`: mode set, list emptied), "cleared" (an empty value:
+    the earlier lines of its key dropped when the config is read), "removed" (dropped
+    so by the empty line `by`), "added", "switched" (an equal listed rule flipped),
+    "reused" (an equal listed rule of the same polarity: a duplicate), "rejected".
+    entry: the list entry the line added, flipped or reused; dropped: the entries
+    a "mode" or "cleared" line did away with, and whether each was compiled then."""
+
+    verb: str
+    value: str
+    origin: str
+    status: str
+    entry: "_Entry | None" = None
+    dropped: tuple[tuple["_Entry", bool], ...] = ()
+    by: str = ""
+
+
+def _line_entry(line) -> "_Entry | None":
+    verb, value, origin = line
+    entry = parse_lxc_value(verb == "allow", value.strip())
+    if entry is not None:
+        entry.origin = origin
+    return entry
+
+
+def replay_outcomes(lines, resolve_path=None, shared: int = 0) -> tuple[LxcDeviceList, list[LineOutcome]]:
+    """The list at the end and what LXC did with each of lines[shared:] (the
+    container's own lines; the shared prefix, LXC's and Proxmox's includes, is
+    replayed from RuleSet.replay's cache unless an own empty value reaches back
+    into it). lines: (verb, value, origin)."""
+    lines = [item if len(item) > 2 else (item[0], item[1], "") for item in lines]
+    kept, removed_by = _kept(lines)
+    clears = any(not v.strip() for _, v, _ in lines[shared:])
+    cached = _replayed_prefix(tuple(lines[:shared])) if shared and not clears else None
+    dl, start = (cached.copy(), shared) if cached is not None else (LxcDeviceList(), 0)
+    done: dict[int, tuple] = {}
+    for i in kept:
+        if i < start:
+            continue
+        verb, value, origin = lines[i]
+        before = tuple((e, dl.emitted(e)) for e in dl.entries)
+        status = dl.add(verb == "allow", value.strip(), resolve_path, origin)
+        done[i] = (status, dl.touched, before if status == "mode" else ())
+    out: list[LineOutcome] = []
+    for i in range(shared, len(lines)):
+        verb, value, origin = lines[i]
+        if not value.strip():
+            dropped = tuple((e, True) for k in sorted(removed_by) if removed_by[k] == i
+                            if (e := _line_entry(lines[k])) is not None)
+            out.append(LineOutcome(verb, value, origin, "cleared", None, dropped))
+        elif i in removed_by:
+            out.append(LineOutcome(verb, value, origin, "removed", by=lines[removed_by[i]][2]))
+        else:
+            status, entry, dropped = done[i]
+            out.append(LineOutcome(verb, value, origin, status, entry, dropped))
+    return dl, out
+
+
 class SourcedRule(NamedTuple):
     """A rule and where it came from ("200.conf:14", "common.conf:23")."""
 
@@ -525,11 +589,28 @@ class SourcedRule(NamedTuple):
     origin: str = ""
 
 
-def _replay_into(dl, lines, resolve_path) -> None:
-    for verb, value, origin in lines:
-        if not value.strip():
-            dl.entries = []
+def _kept(lines) -> tuple[list[int], dict[int, int]]:
+    """LXC's config-time list (lxc_clear_cgroups): an empty `devices.allow =` drops every
+    earlier allow line, an empty `devices.deny =` every earlier deny line (so an empty
+    allow keeps `deny = a`, an empty deny keeps the allows); the rest are compiled at
+    start in order. (indexes kept, {index removed: index of the empty line})."""
+    kept: list[int] = []
+    removed_by: dict[int, int] = {}
+    for i, (verb, value, _) in enumerate(lines):
+        if value.strip():
+            kept.append(i)
             continue
+        for k in kept:
+            if lines[k][0] == verb:
+                removed_by[k] = i
+        kept = [k for k in kept if lines[k][0] != verb]
+    return kept, removed_by
+
+
+def _replay_into(dl, lines, resolve_path) -> None:
+    lines = list(lines)
+    for i in _kept(lines)[0]:
+        verb, value, origin = lines[i]
         dl.add(verb == "allow", value.strip(), resolve_path, origin)
 
 
@@ -568,11 +649,12 @@ class RuleSet:
 
     Built by replaying the lines through LxcDeviceList, LXC 5.0's own list
     semantics (checked against real programs): initial mode allowlist; the
-    bare value `a` picks the mode and empties the list; an empty value empties
-    the list and keeps the mode; a rule equal to a listed one (access compared
+    bare value `a` picks the mode and empties the list; a rule equal to a listed one (access compared
     as written) flips or reuses it; only rules of the mode's polarity are
     compiled; the program checks them last line first; an empty list at start
-    attaches no program, so everything is allowed.
+    attaches no program, so everything is allowed. An empty value drops the earlier
+    lines of its own key when the config is read (LXC's lxc_clear_cgroups): an empty
+    allow keeps `deny = a`, an empty deny keeps the allows.
     """
 
     mode: Mode = "allowlist"
@@ -591,7 +673,9 @@ class RuleSet:
             done = _prefix_ruleset(tuple(lines))  # no rules of its own: most containers of a fleet
             if done is not None:
                 return done
-        cached = _replayed_prefix(tuple(lines[:shared])) if shared else None
+        # An empty value among the container's own lines drops earlier lines, shared ones too.
+        clears = any(not v.strip() for _, v, _ in lines[shared:])
+        cached = _replayed_prefix(tuple(lines[:shared])) if shared and not clears else None
         if cached is not None:
             dl = cached.copy()
             rest = lines[shared:]

@@ -100,6 +100,10 @@ class Effective:
     # lxc.idmap values in the order LXC reads them, each with its line in the container's own
     # config (None: from an include). Proxmox reads only the config's own lines.
     idmap: tuple[tuple[str, int | None], ...] = ()
+    # The cgroup2 device lines as lxc-start reads them, includes followed: (verb, value,
+    # origin); the first `shared` come before the container's own (devices.replay_outcomes).
+    rule_lines: tuple[tuple[str, str, str], ...] = ()
+    shared: int = 0
 
 
 def parse_mount(value: str, index: int | None, origin: str = "") -> Mount | None:
@@ -256,6 +260,8 @@ def effective(cfg: CtConfig, facts: HostFacts, load: Loader) -> Effective:
         unprivileged=unprivileged,
         lock=cfg.get("lock") if pve else None,
         idmap=idmap,
+        rule_lines=tuple(rule_lines),
+        shared=shared,
     )
 
 

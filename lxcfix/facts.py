@@ -14,6 +14,7 @@ not a major. tests/unit/fixtures/facts/<fact>/<case>.json holds one case per fil
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import stat
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from .devices import parse_proc_devices
-from .model import DeviceNode
+from .model import ConfigWrite, DeviceNode, DkmsModule, LoadedModule, Storage
 
 MAJOR_MAX = (1 << 12) - 1  # Linux dev_t: 12-bit major, 20-bit minor
 MINOR_MAX = (1 << 20) - 1
@@ -52,6 +53,7 @@ class Fact:
     run: Sequence[str] | None = None
     backends: tuple[str, ...] = ("pve", "lxc")
     to_json: Callable[[object], object] = _identity
+    each: str | None = None  # "kernel" | "dev": the path names one of many ({kernel}, {dev}); gather picks which
 
 
 def _uint(text: str, base: int, max_digits: int, limit: int) -> int | None:
@@ -234,6 +236,181 @@ def version_tuple(version) -> tuple[int, ...]:
     return tuple(parts)
 
 
+# ---- what the next upgrade needs
+
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+~-]{0,63}")
+_KERNEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+~-]{0,63}")
+_MODULE = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+# Device drivers built outside the kernel tree that lxcfix knows of (asked about even when
+# /proc/modules cannot be read): NVIDIA's, and Coral's gasket/apex.
+KNOWN_OUT_OF_TREE = ("nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_drm", "nvidia_peermem", "gasket", "apex")
+
+
+def module_name(text: str) -> str:
+    """A module's canonical name: modprobe treats '-' and '_' alike."""
+    return text.replace("-", "_")
+
+
+def parse_kernel_release(text: str) -> str | None:
+    """/proc/sys/kernel/osrelease (`uname -r`): "6.8.12-4-pve\n" -> "6.8.12-4-pve"."""
+    first = text.split("\n", 1)[0].strip()
+    return first if _KERNEL.fullmatch(first) else None
+
+
+def parse_proc_modules(text: str) -> dict[str, LoadedModule]:
+    """/proc/modules: `name size refcount used_by state address [(taints)]`.
+
+        "nvidia 56823808 1430 nvidia_uvm,nvidia_modeset, Live 0x0000000000000000 (POE)"
+            -> {"nvidia": LoadedModule("nvidia", out_of_tree=True, used_by=("nvidia_uvm", "nvidia_modeset"))}
+
+    Taint O: built out of tree. A line that is not of that shape is dropped."""
+    out: dict[str, LoadedModule] = {}
+    for line in text.split("\n")[:20000]:
+        parts = line.split(" ")
+        if len(parts) < 6 or not _MODULE.fullmatch(parts[0]) or _uint(parts[1], 10, 12, 1 << 40) is None:
+            continue
+        users = tuple(module_name(u) for u in parts[3].split(",") if u != "-" and _MODULE.fullmatch(u))
+        taints = parts[6] if len(parts) > 6 and parts[6].startswith("(") and parts[6].endswith(")") else ""
+        name = module_name(parts[0])
+        out[name] = LoadedModule(name, "O" in taints, users)
+    return out
+
+
+def _modules_json(value) -> dict:
+    return {n: {"out_of_tree": m.out_of_tree, "used_by": list(m.used_by)} for n, m in value.items()}
+
+
+_DKMS = re.compile(
+    r"(?P<module>[A-Za-z0-9_][A-Za-z0-9_.+-]{0,63})(?:/|, )(?P<version>[A-Za-z0-9_][A-Za-z0-9_.+~-]{0,63})"
+    r"(?:, (?P<kernel>[A-Za-z0-9][A-Za-z0-9._+~-]{0,63})(?:, (?P<arch>[A-Za-z0-9_]{1,32}))?)?"
+    r": (?P<state>[a-z][a-z-]{0,31})(?![a-z-])")
+
+
+def parse_dkms_status(text: str) -> tuple[DkmsModule, ...]:
+    """`dkms status`, DKMS 3 ("nvidia/580.159.04, 6.8.12-4-pve, x86_64: installed") and DKMS 2
+    ("nvidia, 470.82.00, 5.4.0-91-generic, x86_64: installed"); "gasket/1.0: added" (built for
+    no kernel); warnings after the state are ignored, other lines dropped."""
+    out = []
+    for line in text.split("\n")[:5000]:
+        m = _DKMS.match(line.strip())
+        if m:
+            out.append(DkmsModule(module_name(m["module"]), m["version"], m["kernel"], m["arch"], m["state"]))
+    return tuple(out)
+
+
+def _dkms_json(value) -> list[dict]:
+    return [{"module": d.module, "version": d.version, "kernel": d.kernel, "arch": d.arch, "state": d.state}
+            for d in value]
+
+
+_KO = re.compile(r"\.ko(?:\.xz|\.gz|\.zst)?$")
+
+
+def parse_modules_dep(text: str) -> dict[str, str]:
+    """/lib/modules/<version>/modules.dep (depmod's index, what modprobe loads from): module
+    name -> its path in the tree. "updates/dkms/nvidia.ko: " -> {"nvidia": "updates/dkms/nvidia.ko"}."""
+    out: dict[str, str] = {}
+    for line in text.split("\n")[:100000]:
+        path = line.split(":", 1)[0].strip()
+        if not path or len(path) > 512 or path.startswith("/") or ".." in path.split("/") or not path.isprintable():
+            continue
+        base = path.rsplit("/", 1)[-1]
+        m = _KO.search(base)
+        if m and _MODULE.fullmatch(base[:m.start()]):
+            out.setdefault(module_name(base[:m.start()]), path)
+    return out
+
+
+_STORAGE_HEAD = re.compile(r"([a-z][a-z0-9]{0,31}):[ \t]*([A-Za-z][A-Za-z0-9._-]{0,99})[ \t]*")
+# Storage types whose volumes are files under a path (default /mnt/pve/<id> for network ones).
+_PATH_TYPES = {"dir": None, "btrfs": None, "nfs": "/mnt/pve", "cifs": "/mnt/pve", "glusterfs": "/mnt/pve",
+               "cephfs": "/mnt/pve"}
+
+
+def parse_storage_cfg(text: str) -> dict[str, Storage]:
+    """/etc/pve/storage.cfg: `type: id` then indented `key value` lines. Only storages that
+    keep files under a path (dir, nfs, cifs, ...; where snippets live) are kept.
+
+        "dir: local\n\tpath /var/lib/vz\n\tcontent iso,snippets\n"
+            -> {"local": Storage("local", "dir", "/var/lib/vz", ("iso", "snippets"))}"""
+    found: list[dict] = []
+    for line in text.split("\n")[:20000]:
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        if line[:1] not in (" ", "\t"):
+            m = _STORAGE_HEAD.fullmatch(line)
+            found.append({"type": m[1], "id": m[2]} if m else {})
+            continue
+        if not found or not found[-1]:
+            continue
+        key, _, value = line.strip().partition(" ")
+        found[-1].setdefault(key, value.strip())
+    out: dict[str, Storage] = {}
+    for s in found:
+        if not s or s["type"] not in _PATH_TYPES:
+            continue
+        path = s.get("path") or (f"{_PATH_TYPES[s['type']]}/{s['id']}" if _PATH_TYPES[s["type"]] else None)
+        if path is not None and (not path.startswith("/") or len(path) > PATH_MAX or not path.isprintable()):
+            path = None
+        content = tuple(c.strip() for c in s.get("content", "").split(",") if c.strip() and c.strip().isalnum())
+        out[s["id"]] = Storage(s["id"], s["type"], path, content, s.get("disable", None) is not None)
+    return out
+
+
+def _storages_json(value) -> dict:
+    return {k: {"type": s.type, "path": s.path, "content": list(s.content), "disabled": s.disabled}
+            for k, s in value.items()}
+
+
+def parse_stat_modes(text: str) -> dict[str, int]:
+    """`stat -L -c '%f|%n' PATH...` (hex mode, then the path): {path: st_mode}."""
+    out: dict[str, int] = {}
+    for line in text.split("\n"):
+        mode, sep, path = line.partition("|")
+        value = _uint(mode, 16, 8, 0xFFFF)
+        if sep and value is not None and path.startswith("/") and len(path) <= PATH_MAX and "\0" not in path:
+            out[path] = value
+    return out
+
+
+def parse_uevent_driver(text: str) -> str | None:
+    """A sysfs device's uevent: the DRIVER= line ("DRIVER=nvidia" -> "nvidia")."""
+    for line in text.split("\n")[:200]:
+        if line.startswith("DRIVER="):
+            name = line[7:].strip()
+            return module_name(name) if _MODULE.fullmatch(name) else None
+    return None
+
+
+# The journal's events that wrote a config: apply's "written", rollback's "restored", the hook's
+# "hook-heal-generated" (the config `pct start` generated).
+_WRITES = {"written": "written", "restored": "restored", "hook-heal-generated": "generated"}
+
+
+def parse_journal_writes(text: str) -> dict[str, ConfigWrite]:
+    """lxcfix's own journal (one JSON object a line): for each config path, the last time
+    lxcfix wrote it and the digest it wrote. A line that is not such an event is skipped."""
+    out: dict[str, ConfigWrite] = {}
+    for line in text.split("\n"):
+        if not line.startswith("{") or len(line) > 65536 or not any(f'"{w}"' in line for w in _WRITES):
+            continue  # most of a journal is other events: only these lines are worth decoding
+        try:
+            event = json.loads(line)
+        except (ValueError, RecursionError):
+            continue
+        if not isinstance(event, dict) or event.get("event") not in _WRITES:
+            continue
+        path, time, digest = event.get("path"), event.get("time"), event.get("digest_after")
+        if all(isinstance(v, str) and 0 < len(v) <= PATH_MAX and v.isprintable() for v in (path, time, digest)):
+            out[path] = ConfigWrite(time, digest, _WRITES[event["event"]])
+    return out
+
+
+def _writes_json(value) -> dict:
+    return {p: {"time": w.time, "digest": w.digest, "event": w.event} for p, w in value.items()}
+
+
 FACTS: dict[str, Fact] = {
     "proc_devices": Fact(parse_proc_devices_checked, read="/proc/devices", to_json=_proc_devices_json),
     "nvidia_driver": Fact(parse_nvidia_version, read="/proc/driver/nvidia/version"),
@@ -251,4 +428,15 @@ FACTS: dict[str, Fact] = {
              "-exec", "stat", "-L", "-c", "%F|%t|%T|%f|%u|%g|%n", "{}", "+"),
         to_json=_nodes_json,
     ),
+    "kernel_release": Fact(parse_kernel_release, read="/proc/sys/kernel/osrelease"),
+    "proc_modules": Fact(parse_proc_modules, read="/proc/modules", to_json=_modules_json),
+    "dkms_status": Fact(parse_dkms_status, run=("dkms", "status"), to_json=_dkms_json),
+    # Read once per installed kernel, on hosts with out-of-tree modules (gather.kernel_trees).
+    "modules_dep": Fact(parse_modules_dep, read="/lib/modules/{kernel}/modules.dep", each="kernel"),
+    # Read once per device node of a catalog profile, on the same hosts (gather.device_drivers).
+    "device_driver": Fact(parse_uevent_driver, read="/sys/dev/char/{dev}/device/uevent", each="dev"),
+    # The Proxmox config directory: read from the backend's (LXCFIX_PVE_DIR in tests).
+    "storage_cfg": Fact(parse_storage_cfg, read="/etc/pve/storage.cfg", backends=("pve",), to_json=_storages_json),
+    # lxcfix's journal ($LXCFIX_STATE_DIR, default /var/lib/lxcfix): when it last wrote each config.
+    "journal": Fact(parse_journal_writes, read="/var/lib/lxcfix/journal.jsonl", to_json=_writes_json),
 }

@@ -186,10 +186,13 @@ Enter = Callable[[Transport, HostEntry, "Proxmox | Lxc", str], Transport]
 
 
 def scan_one(entry: HostEntry, connect: Connect, *, per_host: int = 4, probe: bool = True,
-             style: str = "auto", enter: Enter | None = None, keep_context: bool = False) -> HostReport:
+             style: str = "auto", enter: Enter | None = None, keep_context: bool = False,
+             upgrade: bool = False) -> HostReport:
     """Connect, scan, close. Never raises: any failure is the host's LXF301 report.
     enter(host, entry, backend, ct): how the probe reaches a container (default
-    container_transport: its own SSH when the inventory says so, else lxc-attach)."""
+    container_transport: its own SSH when the inventory says so, else lxc-attach).
+    upgrade: also the facts only a kernel upgrade needs (gather.UPGRADE_ONLY; the audit
+    asks for them, at the cost of more round trips)."""
     start = time.monotonic()
     try:
         t = connect(entry)
@@ -208,7 +211,7 @@ def scan_one(entry: HostEntry, connect: Connect, *, per_host: int = 4, probe: bo
         view, why = gather.prefetch(Cached(t), request)
         notes = () if why is None else (one_by_one(why),)
         backend = pick_backend(view, entry)
-        facts = gather.host_facts(view, backend)
+        facts = gather.host_facts(view, backend, upgrade=upgrade)
         listed = backend.list(view)
         node = node_name(view, entry) if backend.name == "pve" else None
         own = own_containers(backend, listed, node)
@@ -271,7 +274,7 @@ def scan_one(entry: HostEntry, connect: Connect, *, per_host: int = 4, probe: bo
 def scan_fleet(inventory_hosts: Iterable[HostEntry], *, concurrency: int = 8, per_host: int = 4,
                probe: bool = True, style: str = "auto", progress: Progress | None = None,
                connect: Connect | None = None, enter: Enter | None = None,
-               keep_context: bool = False) -> list[HostReport]:
+               keep_context: bool = False, upgrade: bool = False) -> list[HostReport]:
     """Scan every host, `concurrency` at a time, `per_host` containers of a host at a time.
     Returns one HostReport per host in inventory order; never raises for a host's failure.
     connect(entry) -> the host's Transport; enter: how probes reach containers (scan_one)."""
@@ -289,7 +292,7 @@ def scan_fleet(inventory_hosts: Iterable[HostEntry], *, concurrency: int = 8, pe
     pool = ThreadPoolExecutor(max_workers=min(concurrency, len(hosts)), thread_name_prefix="lxcfix-host")
     try:
         futures = {pool.submit(scan_one, h, connect, per_host=per_host, probe=probe, style=style, enter=enter,
-                               keep_context=keep_context): h for h in hosts}
+                               keep_context=keep_context, upgrade=upgrade): h for h in hosts}
         for done, fut in enumerate(as_completed(futures), 1):
             h = futures[fut]
             try:

@@ -116,7 +116,11 @@ def snippet(mode: str = "fail", command: Sequence[str] = ("lxcfix", "hook")) -> 
         raise ValueError(f"mode {mode!r}")
     lines = template_text(SNIPPET).splitlines()
     exec_line = f'exec {shlex.join(command)} --mode {mode} "$@"'
-    return "\n".join(exec_line if l.startswith("exec ") else l for l in lines) + "\n"
+    # Without the command on this host (a restore onto another node) the hook lets the start go on.
+    guard = (f'command -v {shlex.quote(command[0])} >/dev/null 2>&1 || {{ echo "lxcfix hook: '
+             f'{command[0]} is not installed on $(hostname); not checking CT $1" >&2; exit 0; }}')
+    return "\n".join(exec_line if l.startswith("exec ") else guard if l.startswith("command -v ") else l
+                     for l in lines) + "\n"
 
 
 # ---------------------------------------------------------------- I/O

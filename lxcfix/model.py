@@ -114,6 +114,62 @@ class DeviceNode:
 
 
 @dataclass(frozen=True)
+class LoadedModule:
+    """One line of /proc/modules. out_of_tree: taint flag O, a module built outside
+    the kernel's tree (DKMS, a vendor installer); used_by: the modules that need it."""
+
+    name: str
+    out_of_tree: bool = False
+    used_by: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class DkmsModule:
+    """One line of `dkms status`: nvidia/580.159.04, 6.8.12-4-pve, x86_64: installed.
+    kernel and arch are None for a module only added (built for no kernel yet)."""
+
+    module: str
+    version: str
+    kernel: str | None
+    arch: str | None
+    state: str  # installed | built | added | ...
+
+
+@dataclass(frozen=True)
+class KernelTree:
+    """/lib/modules/<version>: where the modules lxcfix asks about are
+    ({"nvidia": "updates/dkms/nvidia.ko"}), and whether its build headers are
+    installed (`build` exists: DKMS can build for it). complete: read from
+    modules.dep, so a module not listed is not there (else a walk of the
+    directories out-of-tree modules go to)."""
+
+    version: str
+    modules: Mapping[str, str] = field(default_factory=dict)
+    complete: bool = False
+    headers: bool | None = None
+
+
+@dataclass(frozen=True)
+class Storage:
+    """One storage of /etc/pve/storage.cfg (dir, nfs, cifs, ...: the ones with a path)."""
+
+    id: str
+    type: str
+    path: str | None = None
+    content: tuple[str, ...] = ()
+    disabled: bool = False
+
+
+@dataclass(frozen=True)
+class ConfigWrite:
+    """The last time lxcfix's journal says it wrote a config file (apply, the hook)."""
+
+    time: str
+    digest: str
+    event: str = "written"
+
+
+@dataclass(frozen=True)
 class HostFacts:
     """One host, at one moment.
 
@@ -136,6 +192,23 @@ class HostFacts:
     raw: Mapping[str, str] = field(default_factory=dict)
     # /etc/subgid as (name, first, count) entries; None when it was not read (raw["/etc/subgid"]: its text)
     subgid: tuple[tuple[str, int, int], ...] | None = None
+    # What the next upgrade needs (audit --for kernel-upgrade): the running kernel, the
+    # kernels installed (/lib/modules), the modules loaded, DKMS, and the driver
+    # (sysfs DRIVER=) of device nodes ("c 226:1" -> "nvidia"), read on hosts with
+    # out-of-tree modules. modules_known / dkms_known: the fact could be read at all.
+    kernel: str | None = None
+    kernels: Mapping[str, KernelTree] = field(default_factory=dict)
+    modules: Mapping[str, LoadedModule] = field(default_factory=dict)
+    modules_known: bool = False
+    dkms: tuple[DkmsModule, ...] = ()
+    dkms_known: bool = False
+    device_drivers: Mapping[str, str] = field(default_factory=dict)
+    # Proxmox storages (storage.cfg) and the files in their snippets/ directories:
+    # storage id -> {file name: st_mode}, only for storages whose directory exists here.
+    storages: Mapping[str, Storage] = field(default_factory=dict)
+    snippets: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    # config path -> when lxcfix last wrote it (its journal)
+    config_writes: Mapping[str, ConfigWrite] = field(default_factory=dict)
 
     def char_major(self, name: str) -> int | None:
         majors = self.char_majors.get(name)

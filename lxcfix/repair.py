@@ -81,11 +81,16 @@ def check_cts(target: Target, cts: list[str] | None, listed: dict) -> list[str]:
 
 
 def scan(target: Target, cts: list[str] | None, style: str = "auto", probe: bool = False,
-         facts: HostFacts | None = None, keep_context: bool = False) -> HostReport:
+         facts: HostFacts | None = None, keep_context: bool = False, upgrade: bool = False) -> HostReport:
+    """upgrade: also the facts only a kernel upgrade needs (gather.UPGRADE_ONLY)."""
     if style not in STYLES:
         raise BadInput(f"unknown --style {style!r}: use one of {', '.join(STYLES)}")
     listed = target.backend.list(target.transport)
     wanted = check_cts(target, cts, listed)
+    if facts is None and upgrade:
+        from .gather import host_facts
+
+        facts = host_facts(target.transport, target.backend, upgrade=True)
     return scan_host(target.transport, target.backend, wanted, style, facts=facts, probe=probe and target.live,
                      keep_context=keep_context)
 

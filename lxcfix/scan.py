@@ -123,6 +123,7 @@ def scan_host(t: Transport, backend: Proxmox | Lxc, cts: list[str] | None = None
         extra = {p: n for p, n in gather.source_nodes(t, sources).items() if p not in facts.nodes}
         if extra:
             facts = replace(facts, nodes={**facts.nodes, **extra})
+    facts = gather.with_snippets(t, facts, [ld.config for ld in loaded_all if ld.config is not None])
     ctxs = {ld.ct: gather.context(facts, ld, loader, requested=style) for ld in loaded_all if ld.config is not None}
     notes: list[str] = []
     if enter is not None and enter.route is None and batch:
@@ -182,7 +183,10 @@ def _analyze_chunk(args) -> list[CtReport]:
     loader = gather.include_loader(transport)
     out = []
     for ct, path in chunk:
-        report = analyze_container(facts, gather.load_container(transport, backend, ct, path), loader, style)
+        loaded = gather.load_container(transport, backend, ct, path)
+        if loaded.config is not None:
+            facts = gather.with_snippets(transport, facts, [loaded.config])
+        report = analyze_container(facts, loaded, loader, style)
         if report.plan is not None:
             report.plan.diff()  # computed here, in parallel; it travels back with the plan
         out.append(replace(report, context=None, planned=None))  # the views stay in this process

@@ -2,7 +2,8 @@
 every finding carrying its fix as data (model.Fix).
 
 RULES is an explicit tuple: the order findings come out in is the order here.
-foresight (what maintenance will break) runs only for `lxcfix audit`.
+foresight (what maintenance will break) runs only for `lxcfix audit`; upgrade
+(kernel, LXC 7, Proxmox VE 9) is part of it.
 """
 
 from __future__ import annotations
@@ -83,9 +84,9 @@ class Context:
         return Finding(code=code, severity=severity, ct=self.ct, message=message, host=self.host, **kw)
 
 
-from . import access, allowlist, host, hygiene, live, probe  # noqa: E402
+from . import access, allowlist, drift, host, hygiene, inert, live, probe  # noqa: E402
 
-RULES = (host, allowlist, hygiene, access, live, probe)
+RULES = (host, allowlist, hygiene, access, inert, drift, live, probe)
 
 
 def run_rules(ctx: Context, rules=RULES) -> list[Finding]:

@@ -25,6 +25,18 @@ def v1_on_v2(ctx) -> bool:
     return ctx.facts.cgroup_layout in ("v2", "unknown")
 
 
+def lxc7_note(ctx) -> str:
+    """LXF102 on a host whose LXC is 6.x or newer: the next major release refuses the key."""
+    from ..facts import version_tuple
+
+    if version_tuple(ctx.facts.lxc_version)[:1] < (6,):
+        return ""
+    warned = " (pve-container 6.1.6 already warns: \"this will be a hard error in the future\")" \
+        if ctx.config.flavor == "pve" else ""
+    return ("; and LXC 7 (upstream 7.0.0) rejects lxc.cgroup.* keys as \"Unsupported config key\": after "
+            f"that upgrade the container does not start at all{warned}")
+
+
 def v1_without_twin(eff) -> list:
     """v1 device rules LXC ignores here and whose v2 twin the config lacks.
     A config holding both halves (LXC's own dual-stack templates) is fine."""
@@ -144,8 +156,10 @@ def check(ctx) -> list:
         if r.index in ignored:
             out.append(ctx.finding(
                 "LXF102", "error",
-                f"{r.key} is a cgroup v1 key: on this cgroup v2 host LXC ignores it silently",
-                evidence=(where, f"cgroup layout: {ctx.facts.cgroup_layout}"),
+                f"{r.key} is a cgroup v1 key: on this cgroup v2 host LXC ignores it silently" + lxc7_note(ctx),
+                evidence=(where, f"cgroup layout: {ctx.facts.cgroup_layout}",
+                          *((f"LXC {ctx.facts.lxc_version} on this host: lxcfix audit --for lxc-upgrade",)
+                            if ctx.facts.lxc_version else ())),
                 fix=convert_fix(ctx, r), line=r.index + 1,
             ))
         if r.value.strip() and not lxc_accepts(r):

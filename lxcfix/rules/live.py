@@ -45,6 +45,25 @@ def _fmt(key: tuple) -> str:
     return text if allow else f"deny {text}"
 
 
+def _lines_of(ctx, shown: list[str]) -> list[str]:
+    """Where each compiled rule of the config comes from: "200.conf:14 (c 10:200 rwm)"."""
+    origins: dict[str, list[str]] = {}
+    for sr in ctx.effective.ruleset.rules:
+        origins.setdefault(_fmt(_key(sr.rule)), []).append(sr.origin)
+    return [f"{', '.join(origins[s])} ({s})" if origins.get(s) else s for s in shown]
+
+
+def since(ctx) -> str | None:
+    """When the config on disk got its present content, if lxcfix's journal knows (it wrote
+    exactly these bytes): the container has not been restarted since."""
+    write = ctx.facts.config_writes.get(ctx.config.path)
+    if write is None or write.digest != ctx.config.digest:
+        return None
+    how = {"generated": "the hook wrote it", "restored": "lxcfix rollback wrote it"}.get(write.event,
+                                                                                         "lxcfix apply wrote it")
+    return f"{write.time} ({how})"
+
+
 def check(ctx) -> list:
     diff = differences(ctx)
     if diff is None:
@@ -55,12 +74,22 @@ def check(ctx) -> list:
                 + (describe(program.rules) or "(no rules)" if program is not None else "none attached")]
     if config_only:
         evidence.append("in the config, not running: " + ", ".join(config_only))
+        evidence.append("config lines not running: " + ", ".join(_lines_of(ctx, config_only)))
     if running_only:
         evidence.append("running, not in the config: " + ", ".join(running_only))
+    when = since(ctx)
+    if when:
+        evidence.append(f"config on disk since {when}")
+    parts = []
+    if config_only:
+        parts.append("not running: " + ", ".join(_lines_of(ctx, config_only)))
+    if running_only:
+        parts.append("running but not in the config: " + ", ".join(running_only))
     return [ctx.finding(
         "LXF121", "warning",
-        "the running device allowlist differs from the config on disk (edited without a restart, "
-        "or changed live)",
+        "the running device allowlist differs from the config on disk ("
+        + (f"edited on {when} without a restart since" if when else "edited without a restart, or changed live")
+        + "): " + "; ".join(parts),
         evidence=tuple(evidence),
         fix=Fix(f"restart the container to load the config, or `lxcfix apply --ct {ctx.ct}`"),
     )]

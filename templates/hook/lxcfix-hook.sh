@@ -8,4 +8,10 @@
 # Proxmox runs it as `lxcfix-hook.sh <vmid> <phase>`. --mode fail refuses the
 # start and says what to run; --mode heal fixes the config (backup + journal)
 # and lets the container start with the fix.
+#
+# The hook must never be the reason a guest cannot start: on a host without
+# lxcfix (a restore or migration onto another node) it lets the start go on.
+# The snippet itself must exist on every node the container may start on
+# (`local:` is per node): `lxcfix scan` reports a missing one (LXF152).
+command -v lxcfix >/dev/null 2>&1 || { echo "lxcfix hook: lxcfix is not installed on $(hostname); not checking CT $1" >&2; exit 0; }
 exec lxcfix hook --mode fail "$@"

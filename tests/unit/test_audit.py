@@ -137,6 +137,7 @@ In `/etc/pve/lxc/200.conf`:
 In `/etc/pve/lxc/201.conf`:
 
 ```diff
+# now: /dev/dri/by-path/pci-0000:01:00.0-card is c 226:1, /dev/dri/card1 on this host
 - dev0: /dev/dri/card1
 + lxc.mount.entry: /dev/dri/by-path/pci-0000:01:00.0-card dev/dri/card1 none bind,optional,create=file
 + lxc.cgroup2.devices.allow: /dev/dri/by-path/pci-0000:01:00.0-card rwm
@@ -195,9 +196,10 @@ def test_json_is_schema_1_with_every_container_and_its_changes():
     doc = audit.to_json(report)
     assert doc == {
         "schema": 1, "tool": "lxcfix", "version": doc["version"], "command": "audit", "for": "driver-upgrade",
-        "new_driver": "590.44.01",
+        "new_driver": "590.44.01", "to_kernel": None,
         "hosts": [{"host": "pve1", "backend": "pve", "error": None, "nvidia_driver": "580.159.04",
-                   "cgroup_layout": "v2", "pve_version": "8.3.0", "lxc_version": None, "containers": 2,
+                   "cgroup_layout": "v2", "pve_version": "8.3.0", "lxc_version": None, "kernel": None,
+                   "notes": [], "containers": 2,
                    "will": 1, "may": 0}],
         "containers": [
             {"host": "pve1", "ct": "203", "path": "/etc/pve/lxc/203.conf", "outcome": "will", "findings": [
@@ -356,7 +358,7 @@ def test_clean_fleet_and_unreachable_host():
 
 def test_unknown_occasion_is_bad_input():
     with pytest.raises(BadInput):
-        audit.audit([], "kernel-upgrade")
+        audit.audit([], "moon-landing")
 
 
 def test_markdown_cells_are_escaped():

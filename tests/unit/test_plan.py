@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lxcfix import ctconfig, devices, gather
+from lxcfix import ctconfig, devices, gather, repair
 from lxcfix.backends import Lxc, Proxmox
 from lxcfix.errors import BadInput
 from lxcfix.plan import make_plan
@@ -157,15 +157,12 @@ def test_snapshot_sections_stay_byte_identical():
 
 
 def example_contexts():
+    """Each bundled snapshot's containers in the view a scan judges them in."""
     for snap in sorted(EXAMPLES.iterdir()):
         if not snap.is_dir():
             continue
-        t = RootDir(str(snap))
-        backend = Proxmox(pve_dir="/etc/pve") if t.isdir("/etc/pve") else Lxc(lxcpath="/var/lib/lxc")
-        facts = gather.host_facts(t, backend)
-        loader = gather.include_loader(t)
-        for ct, path in backend.list(t).items():
-            yield f"{snap.name}/{ct}", gather.context(facts, gather.load_container(t, backend, ct, path), loader)
+        for c in repair.scan(repair.open_target(str(snap)), None, keep_context=True).containers:
+            yield f"{snap.name}/{c.ct}", c.context
 
 
 def corpus_contexts():
@@ -209,4 +206,7 @@ def test_examples_have_the_documented_findings():
         "lxc-healthy/vpn": [], "lxc-healthy/web": [],
         "pve-gpu-host/200": ["LXF101"], "pve-gpu-host/201": ["LXF100"],
         "pve-gpu-host/202": [], "pve-gpu-host/203": ["LXF120"],
+        "pve-kernel-upgrade/300": [], "pve-kernel-upgrade/301": [], "pve-kernel-upgrade/302": ["LXF140"],
+        "pve-kernel-upgrade/303": ["LXF100", "LXF102"],
+        "pve-kernel-upgrade/304": ["LXF152", "LXF153", "LXF153"],
     }
