@@ -15,6 +15,7 @@ from . import ctconfig, facts as F
 from .backends import Lxc, Proxmox
 from .ctconfig import CtConfig
 from .effective import effective
+from .errors import FactsFailed
 from .model import DeviceNode, HostFacts
 from .rules import Context
 from .transport import Transport
@@ -39,6 +40,11 @@ def host_facts(t: Transport, backend: Proxmox | Lxc) -> HostFacts:
     for name, fact in F.FACTS.items():
         if name != "dev_nodes" and backend.name in fact.backends:
             texts[name] = fact_text(t, fact)
+    problems = F.proc_devices_problems(texts["proc_devices"]) if texts.get("proc_devices") else []
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise FactsFailed(f"{t.name}: /proc/devices {problems[0]}{more} is not '<major> <name>': "
+                          "not what the kernel writes; no container is judged against it")
     value = {name: F.FACTS[name].parse(text) for name, text in texts.items() if text is not None}
     try:
         nodes = t.device_nodes()

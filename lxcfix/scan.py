@@ -20,7 +20,7 @@ from .errors import LxcfixError
 from .model import CtReport, Finding, HostFacts, HostReport, Plan  # noqa: F401  (CtReport, HostReport: re-exported)
 from .plan import make_plan_in
 from .rules import Context, run_rules
-from .transport import Transport
+from .transport import Transport, env_number
 
 # How the probe reaches one container: backend.exec(host, ct) unless the inventory says otherwise.
 Route = Callable[[Transport, str], Transport]
@@ -41,26 +41,24 @@ class Enter:
 def analyze_container(facts: HostFacts, loaded: gather.Loaded, loader, style: str = "auto",
                       enter: Enter | None = None) -> CtReport:
     """Findings and plan for one container. `enter` (live hosts) looks inside a
-    running container: probe and device program."""
+    running container: probe and device program. Whatever goes wrong with one
+    container (its config, its probe, a bug in a rule) is that container's report;
+    only a bad --style (the command's own input) is raised."""
     if loaded.config is None:
         f = Finding("LXF131", "error", loaded.ct, f"config cannot be read: {loaded.error}",
                     evidence=(loaded.path,), host=facts.host)
         return CtReport(facts.host, loaded.ct, loaded.path, (f,), error=loaded.error, node=loaded.node)
-    ctx: Context = gather.context(facts, loaded, loader, requested=style)
+    try:
+        ctx: Context = gather.context(facts, loaded, loader, requested=style)
+    except Exception as e:  # a bug in reading one config must not end the host's scan
+        f = Finding("LXF131", "error", loaded.ct, f"config cannot be analysed: {type(e).__name__}: {e}",
+                    evidence=(loaded.path,), host=facts.host)
+        return CtReport(facts.host, loaded.ct, loaded.path, (f,), error=f"internal error reading this "
+                        f"container's config: {e!r}", node=loaded.node)
     status = None
     extra: list[Finding] = []
     if enter is not None:
-        from .observe import ProbeFailed, observe  # only a live host is looked inside
-
-        status = enter.backend.status(enter.transport, loaded.ct)
-        if status == "running":
-            try:
-                probe, live = observe(enter.transport, enter.backend, loaded.ct, ctx.effective,
-                                      enter.container(loaded.ct))
-                ctx = replace(ctx, probe=probe, live=live)
-            except ProbeFailed as e:
-                extra.append(Finding("LXF301", "error", loaded.ct, f"cannot look inside CT {loaded.ct}: {e}",
-                                     host=facts.host))
+        ctx, status, extra = look_inside(ctx, enter, loaded.ct, facts.host)
     try:
         plan, planned = make_plan_in(ctx, style)
         findings = plan.findings
@@ -75,9 +73,37 @@ def analyze_container(facts: HostFacts, loaded: gather.Loaded, loader, style: st
                         error=f"internal error planning this container: {e!r}", node=loaded.node, status=status,
                         context=ctx)
     if status == "running" and not plan.is_empty:
-        findings = mark_live_fixable(ctx, planned, findings)
+        try:
+            findings = mark_live_fixable(ctx, planned, findings)
+        except Exception:
+            pass  # only a hint; the findings stand
     return CtReport(facts.host, loaded.ct, loaded.path, tuple(findings) + tuple(extra), plan,
                     node=loaded.node, status=status, probe=ctx.probe, context=ctx, planned=planned)
+
+
+def look_inside(ctx: Context, enter: Enter, ct: str, host: str) -> tuple[Context, str | None, list[Finding]]:
+    """The probe and the device program of a running container, into the context. Any
+    failure (the container cannot be entered, the probe times out, the host's answer
+    breaks a reader) is an LXF301 finding for this container, never an exception."""
+    from .observe import ProbeFailed, observe  # only a live host is looked inside
+
+    try:
+        status = enter.backend.status(enter.transport, ct)
+    except Exception as e:
+        return ctx, None, [Finding("LXF301", "error", ct, f"cannot ask whether CT {ct} runs: {_why(e)}", host=host)]
+    if status != "running":
+        return ctx, status, []
+    try:
+        probe, live = observe(enter.transport, enter.backend, ct, ctx.effective, enter.container(ct))
+    except ProbeFailed as e:
+        return ctx, status, [Finding("LXF301", "error", ct, f"cannot look inside CT {ct}: {e}", host=host)]
+    except Exception as e:
+        return ctx, status, [Finding("LXF301", "error", ct, f"cannot look inside CT {ct}: {_why(e)}", host=host)]
+    return replace(ctx, probe=probe, live=live), status, []
+
+
+def _why(e: Exception) -> str:
+    return str(e) if isinstance(e, LxcfixError) else f"{type(e).__name__}: {e}"
 
 
 # What a live apply repairs when the plan's change can be made live.
@@ -117,8 +143,29 @@ def scan_host(t: Transport, backend: Proxmox | Lxc, cts: list[str] | None = None
         extra = {p: n for p, n in gather.source_nodes(t, sources).items() if p not in facts.nodes}
         if extra:
             facts = replace(facts, nodes={**facts.nodes, **extra})
-    reports = [analyze_container(facts, loaded, loader, style, enter) for loaded in loaded_all]
+    def analyze(loaded: gather.Loaded) -> CtReport:
+        return analyze_container(facts, loaded, loader, style, enter)
+
+    # Probes of this machine's containers run a few at a time (each has its own deadline, so a
+    # stuck one holds one worker, never the others' reports). A remote host's containers are
+    # spread over threads by the fleet scan already (fleet.scan_one's per_host).
+    parallel = min(probe_parallel(), len(loaded_all)) if enter is not None and t.local else 1
+    if parallel > 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(parallel, thread_name_prefix="lxcfix-probe") as pool:
+            reports = list(pool.map(analyze, loaded_all))
+    else:
+        reports = [analyze(loaded) for loaded in loaded_all]
     return HostReport(t.name, backend.name, facts, tuple(reports), seconds=time.monotonic() - start)
+
+
+# Containers of one host probed at once (LXCFIX_PROBE_PARALLEL).
+PROBE_PARALLEL = 4
+
+
+def probe_parallel() -> int:
+    return min(int(env_number("LXCFIX_PROBE_PARALLEL", PROBE_PARALLEL)), 32)
 
 
 # Below this many configs a second process costs more than it saves.

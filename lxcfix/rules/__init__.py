@@ -69,9 +69,9 @@ class Context:
         return Finding(code=code, severity=severity, ct=self.ct, message=message, host=self.host, **kw)
 
 
-from . import allowlist, host, hygiene, live, probe  # noqa: E402
+from . import allowlist, host, hygiene, live, probe, tenant  # noqa: E402
 
-RULES = (host, allowlist, hygiene, live, probe)
+RULES = (host, allowlist, hygiene, tenant, live, probe)
 
 
 def run_rules(ctx: Context, rules=RULES) -> list[Finding]:

@@ -1,4 +1,6 @@
-"""What the in-container probe saw: LXF200-LXF203, LXF210-LXF212 (probe.classify).
+"""What the in-container probe saw: LXF200-LXF203, LXF210-LXF212 (probe.classify), and
+LXF204 when what came out of the container could not all be used (lines the probe does
+not print, numbers out of range, output cut at its cap or without its end).
 
 A probe finding about a device carries the same fix as the config finding
 about it (rules.Context.repairs), so the plan applies it once; LXF201 gets the
@@ -50,6 +52,24 @@ def with_fix_data(ctx, f: Finding) -> Finding:
     return f
 
 
+def unusable(ctx) -> list:
+    """LXF204: the probe's output, or part of it, could not be used. The container's own sh
+    and python3 run the probe, so this is either a broken container or one whose tenant
+    prints what it likes; what was usable still counts, the rest is the evidence."""
+    problems = ctx.probe.unusable
+    if not problems:
+        return []
+    return [ctx.finding(
+        "LXF204", "error",
+        f"the probe's output from inside CT {ctx.ct} cannot all be used: the container's sh or python3 "
+        "printed what lxcfix's probe does not print",
+        evidence=tuple(problems) + ("the probe runs with the container's own sh and python3: a tenant "
+                                    "who replaced them decides what it prints",),
+        fix=Fix("look at the container's /bin/sh and python3; lxcfix's other findings about it come from its "
+                "config and the host, which the tenant cannot change"),
+    )]
+
+
 def check(ctx) -> list:
     if ctx.probe is None:
         return []
@@ -60,4 +80,4 @@ def check(ctx) -> list:
     majors = {name: ms[0] for name, ms in ctx.facts.char_majors.items() if ms}
     found = probe_mod.classify(ctx.ct, ctx.host, ctx.probe, expected(ctx), ctx.facts.nvidia_driver,
                                allowlist=allowlist, host_majors=majors)
-    return [with_fix_data(ctx, f) for f in found]
+    return [with_fix_data(ctx, f) for f in found] + unusable(ctx)
