@@ -227,6 +227,9 @@ class Applier:
         lost = dropped_lines(current or b"", old)
         if to is None:
             self._refuse_dropping(path_shown, backup, taken, current, lost)
+        elif taken is None:
+            raise BadInput(f"--to {backup}: the journal ({self.journal.path}) has no record of lxcfix taking it "
+                           f"of {path_shown}: not restoring a file lxcfix cannot vouch for; nothing changed")
         steps: list[Step] = [Lock(self.lock_path)] if self.lock_path else []
         steps += [Expect(path, ctconfig.digest(current or b""), shown=path_shown)]
         if restart:
@@ -258,8 +261,8 @@ class Applier:
         now = ctconfig.digest(current or b"")
         again = f"to restore it anyway: lxcfix rollback --ct {self.ct} --to {backup}"
         if taken is None:
-            raise BadInput(f"CT {self.ct}: the journal does not say which change {backup} was taken before, so "
-                           f"lxcfix cannot tell what restoring it drops ({summary(lost)}); {again}")
+            raise BadInput(f"CT {self.ct}: the journal ({self.journal.path}) has no record of lxcfix taking {backup}, "
+                           f"so lxcfix cannot tell what restoring it drops ({summary(lost)}); nothing changed")
         wrote = taken.get("digest_after")
         if wrote != now:
             raise BadInput(f"CT {self.ct}: {path_shown} was changed after lxcfix's change of {taken.get('time', '?')} "

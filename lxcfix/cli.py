@@ -194,12 +194,12 @@ def _fleet(req: FleetRequest, show_progress: bool) -> list[HostReport]:
 
     from . import fleet, inventory, ssh
 
+    entries = inventory.load_file(req.inventory).select(list(req.hosts))  # bad input first: nothing reached yet
+    if not entries:
+        raise BadInput(f"{req.inventory}: no host matches {', '.join(req.hosts) or 'the inventory'}")
     options = ssh.SshOptions.from_cli(known_hosts=req.known_hosts, accept_new=req.accept_new,
                                       ssh_config=req.ssh_config)
     options.check()  # a missing or garbled --ssh-config is bad input, before any host is tried
-    entries = inventory.load_file(req.inventory).select(list(req.hosts))
-    if not entries:
-        raise BadInput(f"{req.inventory}: no host matches {', '.join(req.hosts) or 'the inventory'}")
     if req.cts:
         entries = [dataclasses.replace(e, containers=tuple(req.cts)) for e in entries]
     connect = fleet.SshConnector(options)

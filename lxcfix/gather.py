@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import errno
 import posixpath
 from dataclasses import dataclass
 from typing import Callable
@@ -26,7 +27,12 @@ def fact_text(t: Transport, fact: F.Fact) -> str | None:
     if fact.read is not None:
         try:
             return t.read(fact.read).decode("utf-8", "surrogateescape")
-        except OSError:
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            if e.errno in (errno.EINVAL, errno.EFBIG):  # there, but a FIFO, a device, or far too big
+                raise FactsFailed(f"{t.name}: {fact.read}: {e.strerror or e}: not what the kernel writes "
+                                  "there; no container is judged against it") from None
             return None
     result = t.run(list(fact.run or ()), timeout=60)
     return result.stdout if result.ok else None

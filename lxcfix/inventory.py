@@ -321,8 +321,7 @@ def load_file(path: str) -> Inventory:
         if path == "-":
             data = sys.stdin.buffer.read(MAX_INVENTORY_BYTES + 1)
         else:
-            with open(path, "rb") as f:
-                data = f.read(MAX_INVENTORY_BYTES + 1)
+            data = _read_regular(path, MAX_INVENTORY_BYTES + 1)
     except (OSError, ValueError, AttributeError) as e:  # ValueError, AttributeError: stdin closed or absent
         raise BadInput(f"{filename}: cannot read inventory: {getattr(e, 'strerror', None) or e}") from None
     if len(data) > MAX_INVENTORY_BYTES:
@@ -341,6 +340,26 @@ def load_file(path: str) -> Inventory:
             return load(text, filename)
         except _SyntaxError:
             raise json_error from None
+
+
+def _read_regular(path: str, limit: int) -> bytes:
+    """At most `limit` bytes of a regular file, opened without blocking: a FIFO (or a device)
+    named as the inventory would block the read forever, so it is refused."""
+    import errno
+    import os
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        chunks, size = [], 0
+        while size < limit and (chunk := os.read(fd, min(1 << 20, limit - size))):
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def load(text: str, filename: str = "<inventory>") -> Inventory:

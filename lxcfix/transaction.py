@@ -655,6 +655,7 @@ class Verify(Step):
     what: str = "verify: probe inside and compare with the planned config"
     event: str | None = None
     reached: str | None = "verified"
+    checkpoint: str | None = "verified"
     _result: dict = field(default_factory=dict, repr=False)
     changes = False
 

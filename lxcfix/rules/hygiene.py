@@ -15,6 +15,7 @@ from __future__ import annotations
 from .. import devices, fixes
 from ..bounded import excerpt
 from ..ctconfig import is_devn_key
+from ..lxcdefaults import LXC_CONFIG_DIR
 from ..devices import parse_lxc_value
 from ..model import DeviceNode, Edit, Fix
 
@@ -215,6 +216,12 @@ def _looping_include(ctx) -> int | None:
     for i, value in own:
         if value == ctx.config.path:
             return i
+    # LXC's own files (common.conf, ...) are only where the loop was cut, when a file of the
+    # admin's is among those left unread: the loop goes through the admin's own include
+    if any(not d.startswith(LXC_CONFIG_DIR + "/") for d in deep):
+        for i, value in own:
+            if not value.startswith(LXC_CONFIG_DIR + "/"):
+                return i
     for i, value in own:
         if value in deep:
             return i
