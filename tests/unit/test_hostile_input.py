@@ -403,3 +403,26 @@ def test_control_bytes_in_a_config_never_reach_the_terminal_and_json_stays_exact
     doc = json.loads(r.stdout)
     messages = [f["message"] for c in doc["containers"] for f in c["findings"]]
     assert any(evil in m or "\\x1b[2J" in m for m in messages)  # exact in JSON, or escaped by the finding itself
+
+
+# ---------------------------------------------------------------- an inventory that is no regular file
+
+
+def test_an_inventory_fifo_never_blocks_and_a_pipe_still_works(tmp_path):
+    from lxcfix import inventory
+
+    fifo = tmp_path / "inv.yaml"
+    os.mkfifo(fifo)
+    start = time.monotonic()
+    with pytest.raises(BadInput, match="inventory is empty"):
+        inventory.load_file(str(fifo))  # nobody writes to it: its end at once, not a hang
+    assert time.monotonic() - start < 5
+    r, w = os.pipe()  # `--inventory <(ansible-inventory --list)`
+    os.write(w, b"all:\n  hosts:\n    pve1: {ansible_host: 10.0.0.11}\n")
+    os.close(w)
+    try:
+        assert [h.name for h in inventory.load_file(f"/proc/self/fd/{r}").hosts] == ["pve1"]
+    finally:
+        os.close(r)
+    with pytest.raises(BadInput, match="not a regular file"):
+        inventory.load_file(str(tmp_path))
