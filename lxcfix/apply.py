@@ -203,18 +203,44 @@ class Applier:
     # -- lxcfix rollback
 
     def journal_of(self, path_shown: str) -> list[dict]:
-        return [e for e in self.journal.entries() if e.get("ct") == self.ct and e.get("path") == path_shown]
+        """This container's config's events (not host-fix's, whose events are host-unit-*)."""
+        return [e for e in self.journal.entries() if e.get("ct") == self.ct and e.get("path") == path_shown
+                and not str(e.get("event", "")).startswith("host-unit-")]
+
+    def _owner_problem(self, backup: str, path_shown: str) -> str | None:
+        """Why `backup` is not one lxcfix took of this container's config, by the journal
+        (a backup the journal names for another config, or for host-fix's unit)."""
+        for e in self.journal.entries():
+            if e.get("backup") != backup:
+                continue
+            if str(e.get("event", "")).startswith("host-unit-") or e.get("ct") != self.ct or \
+                    e.get("path") != path_shown:
+                what = "host-fix's unit" if str(e.get("event", "")).startswith("host-unit-") else \
+                    f"{e.get('path')} (CT {e.get('ct')})"
+                return f"the journal says it is a backup of {what}"
+        return None
 
     def restore(self, path_shown: str, to: str | None = None, restart: bool = True) -> ApplyResult:
         """`lxcfix rollback`: put a backup (default: the newest lxcfix took for this
         container) back over the config, backing up what is there now first, and
-        restart if it ran (or if an apply was killed while it was stopped)."""
+        restart if it ran (or start it, if an apply was killed while it was stopped).
+
+        Without --to it undoes lxcfix's last change only: when the config is no longer
+        what that change wrote (edited by hand since, or changed by something else), it
+        refuses and names what restoring would drop; --to BACKUP restores it anyway and
+        says what it dropped."""
         backup = to or self.backups.latest()
+        if to is not None and "/" not in to:
+            backup = os.path.join(self.backups.dir, to)  # a name as `rollback` lists them
         if backup is None:
             raise BadInput(f"no backup of {self.ct} in {self.backups.dir}")
         if not self.backups.owns(backup):
             raise BadInput(f"--to {backup}: not a backup lxcfix took of CT {self.ct} (those are in "
                            f"{self.backups.dir}); nothing changed")
+        backup = os.path.join(self.backups.dir, os.path.basename(backup))
+        why = self._owner_problem(backup, path_shown)
+        if why:
+            raise BadInput(f"{backup}: not a backup of CT {self.ct}'s config: {why}; nothing changed")
         try:
             old = self.backups.read(backup)
         except OSError as e:
@@ -224,11 +250,24 @@ class Applier:
             raise BadInput(f"{backup} is empty or does not parse as a container config; nothing changed")
         path = self.host.local_path(path_shown)
         t, b = self.host.transport, self.host.backend
-        current = _read(path)
-        if current == old:
-            return ApplyResult("nothing-to-do", backup, False, False, "config already matches the backup")
+        try:
+            current = _read(path)
+        except OSError as e:
+            raise BadInput(f"cannot read {path_shown}: {e.strerror or e}; nothing changed") from None
         restart = restart and b is not None
-        was_stopped_by_apply = restart and _stopped_mid_apply(self.journal_of(path_shown), current)
+        events = self.journal_of(path_shown)
+        interrupted = restart and _stopped_mid_apply(events, current)
+        if current == old:
+            note = self._start_if_stopped(interrupted)
+            return ApplyResult("nothing-to-do", backup, False, False,
+                               f"{path_shown} already matches {backup}" + note)
+        taken = _taken_by(events, backup)
+        lost = dropped_lines(current or b"", old)
+        if to is None:
+            self._refuse_dropping(path_shown, backup, taken, current, lost)
+        elif taken is None:
+            raise BadInput(f"--to {backup}: the journal ({self.journal.path}) has no record of lxcfix taking it "
+                           f"of {path_shown}: not restoring a file lxcfix cannot vouch for; nothing changed")
         steps: list[Step] = [Lock(self.lock_path)] if self.lock_path else []
         steps += [Expect(path, ctconfig.digest(current or b""), shown=path_shown)]
         if restart:
@@ -240,14 +279,44 @@ class Applier:
         base = dict(host=t.name if t is not None else "snapshot", ct=self.ct, path=path_shown,
                     restored_from=backup, digest_before=ctconfig.digest(current or b""),
                     digest_after=ctconfig.digest(old))
-        tx = Transaction("rollback", steps, self.journal, base, events={"done": None})
-        if was_stopped_by_apply:
+        tx = Transaction("rollback", steps, self.journal, base)
+        if interrupted:
             tx.state["force_start"] = True
         try:
             tx.run()
         except ApplyFailed as e:
             raise RollbackFailed(f"restoring {path_shown} from {backup} failed: {e}") from None
-        return ApplyResult("restored", backup, False, True, f"{path_shown} restored from {backup}")
+        when = f" (taken before lxcfix's change of {taken['time']})" if taken and taken.get("time") else ""
+        message = f"{path_shown} restored from {backup}{when}; " + (
+            f"dropped: {summary(lost)}" if lost else "nothing dropped")
+        if interrupted:
+            message += f"; CT {self.ct} started again (an apply was stopped while it was down)"
+        return ApplyResult("restored", backup, False, True, message)
+
+    def _refuse_dropping(self, path_shown: str, backup: str, taken: dict | None, current: bytes | None,
+                         lost: list[str]) -> None:
+        """Without --to, a rollback undoes lxcfix's own last change, nothing else."""
+        now = ctconfig.digest(current or b"")
+        again = f"to restore it anyway: lxcfix rollback --ct {self.ct} --to {backup}"
+        if taken is None:
+            raise BadInput(f"CT {self.ct}: the journal ({self.journal.path}) has no record of lxcfix taking {backup}, "
+                           f"so lxcfix cannot tell what restoring it drops ({summary(lost)}); nothing changed")
+        wrote = taken.get("digest_after")
+        if wrote != now:
+            raise BadInput(f"CT {self.ct}: {path_shown} was changed after lxcfix's change of {taken.get('time', '?')} "
+                           f"(lxcfix wrote {str(wrote)[:12]}, it is {now[:12]} now): restoring {backup} would also "
+                           f"drop those edits ({summary(lost)}); nothing changed; {again}")
+
+    def _start_if_stopped(self, interrupted: bool) -> str:
+        """A killed apply left the container stopped and its config already the old one: start it."""
+        t, b = self.host.transport, self.host.backend
+        if not interrupted or b is None or b.status(t, self.ct) == "running":
+            return ""
+        r = b.start(t, self.ct)
+        if not r.ok:
+            raise RollbackFailed(f"CT {self.ct}: its config is the old one, but it was stopped by an apply that "
+                                 f"was killed and does not start: {r.tail()}. State: config restored, container STOPPED")
+        return f"; CT {self.ct} started again (an apply was killed while it was stopped)"
 
 
 def _read(path: str) -> bytes | None:
@@ -256,11 +325,41 @@ def _read(path: str) -> bytes | None:
     return read_file(path)
 
 
+def _taken_by(events: list[dict], backup: str) -> dict | None:
+    """The journal event of the run that took `backup` (its digest_after: what that run wrote)."""
+    for e in reversed(events):
+        if e.get("event") == "backup" and e.get("backup") == backup:
+            return e
+    return None
+
+
+def dropped_lines(current: bytes, old: bytes) -> list[str]:
+    """What restoring `old` over `current` takes away and puts back: "-line" for a line of
+    the current config that goes, "+line" for one that comes back."""
+    import difflib
+
+    a = current.decode("utf-8", "surrogateescape").splitlines()
+    b = old.decode("utf-8", "surrogateescape").splitlines()
+    return [f"{l[0]}{l[1:].strip()}" for l in difflib.unified_diff(a, b, lineterm="", n=0)
+            if l[:1] in "+-" and not l.startswith(("+++", "---"))]
+
+
+def summary(lines: list[str], shown: int = 4) -> str:
+    if not lines:
+        return "no line"
+    text = "; ".join(f"'{l}'" for l in lines[:shown])
+    return text + (f" and {len(lines) - shown} more" if len(lines) > shown else "")
+
+
 def _stopped_mid_apply(events: list[dict], current: bytes | None) -> bool:
-    """The last apply of this config stopped a running container and never
-    finished (killed between stop and start): a rollback starts it again."""
-    applies = [e for e in events if e.get("event") in ("backup", "written", "done", "rolled-back", "failed")]
-    if not applies:
+    """The last run on this config noted the container running and never ended (no done,
+    rolled-back or rollback-failed: killed, maybe between stop and start, or while its
+    undo restarted the container): a rollback makes sure it runs again."""
+    from .transaction import ENDS, runs
+
+    history = runs(events)
+    if not history:
         return False
-    last = applies[-1]
-    return last.get("event") in ("backup", "written") and bool(last.get("was_running"))
+    last = history[-1]
+    ended = any(e.get("event") in ENDS for e in last)
+    return not ended and any(e.get("was_running") for e in last)

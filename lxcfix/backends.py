@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-
 from typing import TYPE_CHECKING
 
+from .bounded import excerpt
 from .errors import BadInput
 from .model import LXC_NAME, VMID, Result
 from .transport import ContainerExec, Transport, env_path
@@ -77,7 +77,7 @@ class Proxmox(LiveTools):
 
     def validate(self, ct: str) -> str:
         if not VMID.match(ct or ""):
-            raise BadInput(f"not a Proxmox container id (vmid): {ct!r}")
+            raise BadInput(f"not a Proxmox container id (vmid): '{excerpt(str(ct))}'")
         return ct
 
     def list(self, transport: Transport) -> dict[str, str]:
@@ -136,7 +136,7 @@ class Lxc(LiveTools):
 
     def validate(self, ct: str) -> str:
         if not LXC_NAME.match(ct or "") or ".." in ct:
-            raise BadInput(f"not an LXC container name: {ct!r}")
+            raise BadInput(f"not an LXC container name: '{excerpt(str(ct))}'")
         return ct
 
     def list(self, transport: Transport) -> dict[str, str]:

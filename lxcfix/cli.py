@@ -83,9 +83,16 @@ def Text(*args, **kw):  # noqa: N802  (rich's Text, loaded on first use)
 
 
 def Table(*args, **kw):  # noqa: N802
+    """rich's Table, whose string title and cells are plain text (escaped, never markup:
+    a snapshot named `[red]x[/]` or a driver name in /proc/devices is shown as it is)."""
     from rich.table import Table as RichTable
 
-    return RichTable(*args, **kw)
+    if isinstance(kw.get("title"), str):
+        kw["title"] = Text(clean(kw["title"]))
+    table = RichTable(*args, **kw)
+    add_row = table.add_row
+    table.add_row = lambda *cells, **k: add_row(*(Text(clean(c)) if isinstance(c, str) else c for c in cells), **k)
+    return table
 
 
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan", "ok": "green"}
@@ -263,12 +270,12 @@ def _fleet(req: FleetRequest, show_progress: bool) -> list[HostReport]:
 
     from . import fleet, inventory, ssh
 
+    entries = inventory.load_file(req.inventory).select(list(req.hosts))  # bad input first: nothing reached yet
+    if not entries:
+        raise BadInput(f"{req.inventory}: no host matches {', '.join(req.hosts) or 'the inventory'}")
     options = ssh.SshOptions.from_cli(known_hosts=req.known_hosts, accept_new=req.accept_new,
                                       ssh_config=req.ssh_config)
     options.check()  # a missing or garbled --ssh-config is bad input, before any host is tried
-    entries = inventory.load_file(req.inventory).select(list(req.hosts))
-    if not entries:
-        raise BadInput(f"{req.inventory}: no host matches {', '.join(req.hosts) or 'the inventory'}")
     if req.cts:
         entries = [dataclasses.replace(e, containers=tuple(req.cts)) for e in entries]
     connect = fleet.SshConnector(options)
@@ -396,6 +403,7 @@ def plan(
     """Print the fix as a unified diff of the config (nothing when there is nothing to do)."""
     target = repair.open_target(root, host)
     _, c = repair.one(target, ct, style, asks=_asks(write_subgid, mode_0666))
+    repair.check_editable(c)
     say(f"style: {c.plan.style} ({c.plan.style_reason})", "dim", err)
     if not c.plan.is_empty:
         _print_diff(c.plan.diff())
@@ -424,9 +432,10 @@ def apply(
     if live and (root is not None or no_restart):
         raise BadInput("--live changes a running container in place: not with --root or --no-restart")
     rep, c = repair.one(target, ct, style, probe=live, asks=_asks(write_subgid, mode_0666))
+    repair.check_editable(c)
     p = c.plan
     if p.is_empty:
-        out.print(f"CT {ct}: nothing to change")
+        say(f"CT {ct}: nothing to change")
         return Applied(None, dry_run=dry_run)
     tx = repair.apply_transaction(target, c, rep.facts, restart=not no_restart, live=live)
     _print_diff(p.diff())
@@ -513,7 +522,7 @@ def audit(
                                  boot_nodes={rep.host: hostfix.unit_installed(target)})
         flags = {rep.host: f"--root {root}" if root else ""}
     if markdown is not None:
-        text = audit_mod.to_markdown(result, host_flags=flags)
+        text = clean(audit_mod.to_markdown(result, host_flags=flags))
         if markdown == "-":
             fmt = "markdown"
         else:
@@ -526,7 +535,7 @@ def audit(
     if fmt == "json":
         _json(audit_mod.to_json(result))
     elif fmt == "markdown":
-        sys.stdout.write(audit_mod.to_markdown(result, host_flags=flags))
+        sys.stdout.write(clean(audit_mod.to_markdown(result, host_flags=flags)))
     else:
         _print_audit(result, for_, verbose)
     return Audited(result)

@@ -489,6 +489,22 @@ CODES: dict[str, Code] = {c.code: c for c in (
         "None: the check needs the kernel's tree.",
     ),
     Code(
+        "LXF160", "error",
+        "a device passed in from a directory the container can write",
+        "A bind mount, `devN:` entry or path-form rule whose source lies under the container's rootfs, "
+        "an `mpN:` volume or a bind-mounted directory: root inside can replace that path with any "
+        "device node it likes (mknod in its own rootfs), so the tenant, not the admin, chooses what "
+        "the container gets. lxcfix allows nothing for it in any style.",
+        "The config's writable host directories (rootfs, mpN, bind-mounted directories) against each "
+        "device source, by path (lstat, never followed). Measured: a node the tenant made (c 1:11) "
+        "still gives EPERM, since no rule is planned for it.",
+        (("any", "Pass the device from the host's /dev (`lxc.mount.entry: /dev/dri/renderD128 "
+                 "dev/dri/renderD128 none bind,optional,create=file` or `devN: /dev/dri/renderD128`), never "
+                 "from a path inside the container's own storage."),),
+        "A directory the admin knows is read-only to the container (a read-only bind mount of a host "
+        "directory the tenant cannot write is already excluded).",
+    ),
+    Code(
         "LXF200", "error",
         "probe: open() gives EPERM (cgroup denies)",
         "Inside the running container, open() of a node that is the right character device with the "
@@ -571,6 +587,20 @@ CODES: dict[str, Code] = {c.code: c for c in (
         (("any", "Nothing to fix when the service runs as a member of the group. Add root to it inside, or "
                  "use `gid=`/`mode=` on a devN entry, if root must open it."),),
         "A service that runs as root inside: then this is LXF201.",
+    ),
+    Code(
+        "LXF206", "error",
+        "probe: its output could not all be used",
+        "What came back from the container (its own sh, python3 and nvidia-smi print it) had lines the "
+        "probe does not print, numbers out of range, more than the cap (then the probe was killed), or "
+        "no `end` line. The container's root may have replaced those binaries; what could be read is "
+        "used, the rest is shown escaped as evidence.",
+        "probe.parse reads every line totally (bounded digits, bounded line and output sizes) and "
+        "lists what it could not use; the output is read up to 1 MiB (LXCFIX_PROBE_MAX_OUTPUT).",
+        (("any", "Look at the container's /bin/sh, python3 and nvidia-smi (`pct exec VMID -- ls -l "
+                 "/bin/sh`); a probe that is cut short every time may need a larger LXCFIX_PROBE_MAX_OUTPUT "
+                 "(many device nodes)."),),
+        "A container with very many device nodes whose honest output is larger than the cap.",
     ),
     Code(
         "LXF210", "error",

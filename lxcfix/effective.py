@@ -104,6 +104,13 @@ class Effective:
     # origin); the first `shared` come before the container's own (devices.replay_outcomes).
     rule_lines: tuple[tuple[str, str, str], ...] = ()
     shared: int = 0
+    # Host directories the container can write (its rootfs, bind-mounted directories), and the
+    # devices passed in from under one: those are the tenant's choice, not the admin's, and
+    # are left out of `given` (nothing is allowed for them; rules.tenant reports them, LXF160).
+    writable: tuple[str, ...] = ()
+    tenant: tuple[Given, ...] = ()
+    # lxc.include targets still unread past 8 levels of includes (a file that includes itself)
+    too_deep: tuple[str, ...] = ()
 
 
 def parse_mount(value: str, index: int | None, origin: str = "") -> Mount | None:
@@ -161,8 +168,9 @@ def _included(value: str, load: Loader, builtin: dict[str, bytes], depth: int) -
         out += _expand(list(_include_items(name, raw)), load, builtin, depth + 1)
     if len(_INCLUDED) > 256:
         _INCLUDED.clear()
-    _INCLUDED[key] = (load, tuple(out))  # the loader is kept, so its id cannot be reused meanwhile
-    return _INCLUDED[key][1]
+    entry = (load, tuple(out))  # the loader is kept, so its id cannot be reused meanwhile
+    _INCLUDED[key] = entry  # (threads share this table: read back the entry, not the table)
+    return entry[1]
 
 
 @functools.lru_cache(maxsize=512)
@@ -251,18 +259,81 @@ def effective(cfg: CtConfig, facts: HostFacts, load: Loader) -> Effective:
         idmap = tuple((v, line_of.get(o)) for k, v, o in own if k == "lxc.idmap")
     else:
         idmap = tuple((v, line_of.get(o)) for k, v, o in items if k == "lxc.idmap")
+    too_deep = tuple(dict.fromkeys(v for k, v, _ in items if k == "lxc.include"))
+    writable = writable_dirs(cfg, items, mounts)
+    given, tenant = [], []
+    for g in _given(mounts, devn_t, facts, writable):
+        (tenant if under(g.path, writable) else given).append(g)
     return Effective(
         ruleset=ruleset,
         mounts=mounts,
         devn=devn_t,
         own_rules=tuple(own_rules),
-        given=tuple(_given(mounts, devn_t, facts)),
+        given=tuple(given),
         unprivileged=unprivileged,
         lock=cfg.get("lock") if pve else None,
         idmap=idmap,
         rule_lines=tuple(rule_lines),
         shared=shared,
+        writable=writable,
+        tenant=tuple(tenant),
+        too_deep=too_deep,
     )
+
+
+# lxc.rootfs.path forms whose value is a directory on the host (`dir:/x`, `/x`, `btrfs:/x`,
+# `overlay:/lower:/upper`: the upper one is written); lvm, zfs, loop, nbd, rbd are not.
+_ROOTFS_DIR_TYPES = ("dir", "btrfs", "overlay", "overlayfs")
+
+
+def writable_dirs(cfg: CtConfig, items: list[tuple[str, str, str]], mounts: tuple[Mount, ...]) -> tuple[str, ...]:
+    """Host directories the container can write, from its config: its rootfs (lxc.rootfs.path,
+    Proxmox's `rootfs:` when it is a directory, and /var/lib/lxc/<ct>/rootfs where LXC and
+    Proxmox keep it), Proxmox bind mount points (`mpN: /host/dir,mp=...` without ro=1), and
+    directories bind-mounted in by lxc.mount.entry (create=dir or rbind, without ro). A
+    device node under one of them is whatever the tenant puts there."""
+    out: list[str] = []
+    base = posixpath.basename(cfg.path or "")
+    if cfg.flavor == "pve":
+        vmid = base[:-5] if base.endswith(".conf") else ""
+        if vmid.isascii() and vmid.isdigit():
+            out.append(f"/var/lib/lxc/{vmid}/rootfs")
+        for key, value in cfg.items():
+            if key == "rootfs" or (key.startswith("mp") and key[2:].isascii() and key[2:].isdigit()):
+                volume, *opts = value.split(",")
+                if volume.strip().startswith("/") and (key == "rootfs" or "ro=1" not in [o.strip() for o in opts]):
+                    out.append(volume.strip())
+    elif cfg.path:
+        out.append(posixpath.join(posixpath.dirname(cfg.path), "rootfs"))
+    for key, value, _ in items:
+        if key != "lxc.rootfs.path" or not value.strip():
+            continue
+        kind, sep, rest = value.strip().partition(":")
+        if not sep:
+            kind, rest = "dir", value.strip()
+        if kind in _ROOTFS_DIR_TYPES:
+            path = rest.rsplit(":", 1)[-1] if kind.startswith("overlay") else rest
+            if path.startswith("/"):
+                out.append(path)
+    for m in mounts:
+        if m.is_bind and m.source.startswith("/") and "ro" not in m.options \
+                and ("create=dir" in m.options or "rbind" in m.options):
+            out.append(m.source)
+    roots = []
+    for p in out:
+        p = posixpath.normpath(p)
+        if p not in roots and p != "/" and not p.startswith("/dev/") and p != "/dev":
+            roots.append(p)
+    return tuple(roots)
+
+
+def under(path: str, roots: tuple[str, ...]) -> str | None:
+    """The first of `roots` that `path` lies in (or is), else None."""
+    p = posixpath.normpath(path or "/")
+    for root in roots:
+        if p == root or p.startswith(root.rstrip("/") + "/"):
+            return root
+    return None
 
 
 def _profile_name(catalog, node, facts) -> str | None:
@@ -274,12 +345,16 @@ def _profile_name(catalog, node, facts) -> str | None:
     return None
 
 
-def _given(mounts, devn, facts: HostFacts) -> list[Given]:
+def _given(mounts, devn, facts: HostFacts, writable: tuple[str, ...] = ()) -> list[Given]:
     out: list[Given] = []
     for m in mounts:
         if not m.is_bind or m.index is None or not m.source.startswith("/"):
             continue
         node = devices.resolve(m.source, facts)
+        if writable and under(m.source, writable) and (node is not None or m.target.lstrip("/").startswith("dev/")):
+            # a device (or what a device mount's source is now) where the tenant writes: theirs to pick
+            out.append(Given(m.source, m.target, "mount", node, m.index, m.optional))
+            continue
         if not m.source.startswith("/dev/") and node is None:
             continue  # a file or directory, not a device node
         catalog = devices.lookup(m.source, facts)

@@ -47,6 +47,20 @@ class StateError(LxcfixError):
     exit_code = ExitCode.UNREACHABLE
 
 
+class CannotWrite(LxcfixError):
+    """A file lxcfix must change on the host cannot be written (a full or read-only disk,
+    a directory it may not write): one line naming the file and the reason."""
+
+    exit_code = ExitCode.UNREACHABLE
+
+
+class FactsFailed(LxcfixError):
+    """The host's facts cannot be used (a /proc/devices line that is no `<major> <name>`):
+    judging containers against them would be guessing."""
+
+    exit_code = ExitCode.UNREACHABLE
+
+
 class CommandFailed(LxcfixError):
     """Result.check() on a non-zero exit."""
 

@@ -21,6 +21,7 @@ import stat
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from .bounded import excerpt, uint
 from .devices import parse_proc_devices
 from .model import ConfigWrite, DeviceNode, DkmsModule, LoadedModule, Storage
 
@@ -56,30 +57,33 @@ class Fact:
     each: str | None = None  # "kernel" | "dev": the path names one of many ({kernel}, {dev}); gather picks which
 
 
-def _uint(text: str, base: int, max_digits: int, limit: int) -> int | None:
-    """text as an unsigned int when it is only ASCII digits (hex digits for base 16),
-    1..max_digits of them, and at most limit; else None. No sign, "0x", "_" or spaces."""
-    digits = "0123456789abcdefABCDEF" if base == 16 else "0123456789"
-    if not 0 < len(text) <= max_digits or text.strip(digits):
-        return None
-    value = int(text, base)
-    return value if value <= limit else None
+_uint = uint  # the one bounded number reader: lxcfix.bounded.uint
+
+
+def _proc_devices_line_ok(s: str) -> bool:
+    if not s or s.startswith(("Character devices", "Block devices")):
+        return True
+    parts = s.split(None, 1)
+    return (len(parts) == 2 and uint(parts[0], 10, 4, MAJOR_MAX) is not None
+            and len(parts[1]) <= 64 and parts[1].isprintable())
+
+
+def proc_devices_problems(text: str) -> list[str]:
+    """The lines of a /proc/devices text the kernel cannot have written, as "line N: '...'"
+    (escaped, the first 80 bytes): a saved or snapshot copy that is not one. The kernel's own
+    has none; gather refuses facts with any (FactsFailed), rather than judge by a guess."""
+    out = []
+    for i, line in enumerate(text.splitlines(), 1):
+        if not _proc_devices_line_ok(line.strip()):
+            out.append(f"line {i}: '{excerpt(line)}'")
+    return out
 
 
 def parse_proc_devices_checked(text: str) -> tuple[dict[str, tuple[int, ...]], dict[str, tuple[int, ...]]]:
     """devices.parse_proc_devices over only the lines it can read safely: the section
     headers, blank lines, and `<major> <name>` with a major of 1-4 ASCII digits up to 4095
     and a printable name of at most 64 characters. Anything else is dropped."""
-    kept = []
-    for line in text.splitlines():
-        s = line.strip()
-        if not s or s.startswith(("Character devices", "Block devices")):
-            kept.append(s)
-            continue
-        parts = s.split(None, 1)
-        if (len(parts) == 2 and _uint(parts[0], 10, 4, MAJOR_MAX) is not None
-                and len(parts[1]) <= 64 and parts[1].isprintable()):
-            kept.append(s)
+    kept = [s for line in text.splitlines() if _proc_devices_line_ok(s := line.strip())]
     # Lines were split with splitlines() as parse_proc_devices splits them: it sees these same lines.
     return parse_proc_devices("\n".join(kept))
 

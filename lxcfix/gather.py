@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import posixpath
 import re
@@ -17,6 +18,7 @@ from . import ctconfig, facts as F
 from .backends import Lxc, Proxmox
 from .ctconfig import CtConfig
 from .effective import effective
+from .errors import FactsFailed
 from .model import LXC_NAME, VMID, DeviceNode, HostFacts, KernelTree, Storage
 from .rules import Context
 from .transport import Transport, env_path
@@ -28,7 +30,13 @@ def fact_text(t: Transport, fact: F.Fact, path: str | None = None) -> str | None
     if fact.read is not None:
         try:
             return t.read(path or fact.read).decode("utf-8", "surrogateescape")
-        except OSError:
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            kernel = (path or fact.read).startswith(("/proc/", "/sys/"))
+            if kernel and e.errno in (errno.EINVAL, errno.EFBIG):  # there, but a FIFO, a device, or far too big
+                raise FactsFailed(f"{t.name}: {path or fact.read}: {e.strerror or e}: not what the kernel "
+                                  "writes there; no container is judged against it") from None
             return None
     result = t.run(list(fact.run or ()), timeout=60)
     return result.stdout if result.ok else None
@@ -66,6 +74,11 @@ def host_facts(t: Transport, backend: Proxmox | Lxc, upgrade: bool = False) -> H
     if upgrade and (loaded is None or any(m.out_of_tree for m in loaded.values())):
         # `dkms status` is a shell script that takes a while: only where out-of-tree modules are loaded
         texts["dkms_status"] = fact_text(t, F.FACTS["dkms_status"])
+    problems = F.proc_devices_problems(texts["proc_devices"]) if texts.get("proc_devices") else []
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise FactsFailed(f"{t.name}: /proc/devices {problems[0]}{more} is not '<major> <name>': "
+                          "not what the kernel writes; no container is judged against it")
     value = {name: F.FACTS[name].parse(text) for name, text in texts.items() if text is not None}
     try:
         nodes = t.device_nodes()

@@ -10,8 +10,8 @@ autostarted containers come up without it (or refuse to start).
     apply_host_unit(target, plan, enable=True)            # -> ApplyResult(step_reached="enabled", ...)
 
 apply_host_unit runs one Transaction (transaction.py), as the container flow
-does: lock, compare the digest, back up (<state>/backups/host/, never beside
-the unit), write atomically (temp file in the same directory, fsync, read back,
+does: lock, compare the digest, back up (<state>/host-unit/<unit>/, apart from
+every container's backups and never beside the unit), write atomically (temp file in the same directory, fsync, read back,
 rename, fsync the directory), verify with `systemd-analyze verify`, `systemctl
 daemon-reload`, `systemctl enable`; any failure after the write restores the
 old file (or removes the new one), undoes the enable and reloads (exit 4); if
@@ -247,13 +247,13 @@ def host_unit_transaction(target, plan: Plan, *, enable: bool = True, now: bool 
         raise BadInput(f"cannot enable a unit in {os.path.dirname(path)}: not a systemd unit directory "
                        f"(use {SYSTEMD_DIR}, or <root>{SYSTEMD_DIR}; or do not enable)")
     state = StateDir(state_dir) if state_dir else state_dir_of(target.root)
-    base = dict(host=host, ct="host", path=plan.path, digest_before=plan.digest,
+    base = dict(host=host, unit=UNIT_NAME, path=plan.path, digest_before=plan.digest,
                 digest_after=ctconfig.digest(plan.after), style=plan.style)
     current = plan.before if plan.before else None
     steps: list[Step] = [Lock(_lock_path())] if live else []
     steps.append(Expect(path, plan.digest, shown=plan.path))
     if not plan.is_empty:
-        steps += [Backup(Backups(state, "host"), current, plan.digest),
+        steps += [Backup(unit_backups(state), current, plan.digest),
                   Write(path, current, plan.after, None, shown=plan.path, mode=0o644)]
         if verify:
             steps.append(UnitVerify(runner, path))
@@ -264,6 +264,14 @@ def host_unit_transaction(target, plan: Plan, *, enable: bool = True, now: bool 
         steps.append(Enable(runner, sd, now, check_before=current is not None))
     events = {"done": "enabled"} if plan.is_empty else {}
     return Transaction(f"installing {UNIT_NAME}", steps, Journal(state), base, prefix="host-unit-", events=events)
+
+
+def unit_backups(state: StateDir) -> Backups:
+    """Where host-fix keeps the unit's old versions: <state>/host-unit/<unit>/, apart from
+    every container's (<state>/backups/<ct>/: an LXC container may be named `host`).
+    Before 0.2 they went to <state>/backups/host/, which `lxcfix rollback --ct host` of a
+    container named host now refuses to read (they are no container config)."""
+    return Backups(state, UNIT_NAME, kind="host-unit")
 
 
 def host_unit_steps(target, plan: Plan, *, enable: bool = True, now: bool = False) -> list[str]:

@@ -322,8 +322,7 @@ def load_file(path: str) -> Inventory:
         if path == "-":
             data = sys.stdin.buffer.read(MAX_INVENTORY_BYTES + 1)
         else:
-            with open(path, "rb") as f:
-                data = f.read(MAX_INVENTORY_BYTES + 1)
+            data = _read_bounded(path, MAX_INVENTORY_BYTES + 1)
     except (OSError, ValueError, AttributeError) as e:  # ValueError, AttributeError: stdin closed or absent
         raise BadInput(f"{filename}: cannot read inventory: {getattr(e, 'strerror', None) or e}") from None
     if len(data) > MAX_INVENTORY_BYTES:
@@ -342,6 +341,41 @@ def load_file(path: str) -> Inventory:
             return load(text, filename)
         except _SyntaxError:
             raise json_error from None
+
+
+def _read_bounded(path: str, limit: int, wait: float = 60.0) -> bytes:
+    """At most `limit` bytes of the file at `path`, opened without blocking: a regular file or a
+    character device (/dev/zero reads as "too big"); a pipe or FIFO (`--inventory <(cmd)`) only
+    for `wait` seconds, so one nobody writes to ends the read instead of hanging it (no writer
+    at all: it is empty). A directory, socket or block device is refused."""
+    import errno
+    import os
+    import select
+    import stat
+    import time
+
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        pipe = stat.S_ISFIFO(mode)
+        if not (stat.S_ISREG(mode) or stat.S_ISCHR(mode) or pipe):
+            raise OSError(errno.EINVAL, "not a regular file")
+        deadline = time.monotonic() + wait
+        chunks, size = [], 0
+        while size < limit:
+            try:  # a FIFO with no writer reads as its end at once; one with a writer may make us wait
+                chunk = os.read(fd, min(1 << 20, limit - size))
+            except BlockingIOError:
+                if not select.select([fd], [], [], max(0.0, deadline - time.monotonic()))[0]:
+                    raise OSError(errno.ETIMEDOUT, f"nothing more came within {wait:g}s") from None
+                continue
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def load(text: str, filename: str = "<inventory>") -> Inventory:

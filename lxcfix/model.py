@@ -35,11 +35,16 @@ LXC_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
 
 @dataclass(frozen=True)
 class Result:
-    """What a command did: a failed command is data, not an exception."""
+    """What a command did: a failed command is data, not an exception.
+
+    truncated: the stream ("stdout" or "stderr") that went past the reader's cap, when
+    one did: reading stopped there and the command was killed (rc 125); the text
+    holds what came before the cap."""
 
     rc: int
     stdout: str = ""
     stderr: str = ""
+    truncated: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -310,6 +315,9 @@ class ProbeResult:
     groups: Mapping[str, int] = field(default_factory=dict)  # {"render": 104, "video": 44}
     raw: str = ""
     access: AccessSeen = field(default_factory=AccessSeen)  # probe.parse_access
+    # What could not be used of the output, for evidence (escaped, the first bytes of each):
+    # ("line 3: 'group render \\xc2\\xb2': not a group line the probe prints", "output cut at 1048576 bytes")
+    unusable: tuple[str, ...] = ()
 
 
 Applicability = Literal["safe", "needs-restart", "manual"]

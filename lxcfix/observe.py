@@ -11,6 +11,7 @@ rules.probe and rules.live, the decoding from lxcfix.bpf.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from . import bpf
 from . import probe as probe_mod
@@ -20,10 +21,7 @@ from .effective import Effective
 from .errors import Unreachable
 from .model import ProbeResult
 from .rules.live import Live
-from .transport import Transport
-
-PROBE_TIMEOUT = 60
-PROBE_CAP = 1024 * 1024  # bytes of a probe's output: what a container prints is bounded
+from .transport import Transport, container_output_max, container_timeout
 
 
 def probe_paths(eff: Effective) -> list[str]:
@@ -31,19 +29,40 @@ def probe_paths(eff: Effective) -> list[str]:
 
 
 class ProbeFailed(RuntimeError):
-    pass
+    """The probe gave nothing to read: the container could not be entered, or the probe
+    did not answer within its deadline. (Output that is there but unusable is not this:
+    it is a ProbeResult whose `unusable` says what, LXF206.)"""
 
 
-def run_probe(enter: Transport, ct: str, paths: list[str], access=()) -> ProbeResult:
-    """The probe through `enter` (the container's transport); access: (group, path) pairs
-    for its group-access check (rules.access.requests)."""
+def run_probe(enter: Transport, ct: str, paths: list[str], access=(), *,
+              timeout: float | None = None) -> ProbeResult:
+    """The probe through `enter` (the container's transport), at most `timeout` seconds
+    (container_timeout(): 30, LXCFIX_PROBE_TIMEOUT) and container_output_max() bytes of
+    output (1 MiB, LXCFIX_PROBE_MAX_OUTPUT: the command is killed past that). access:
+    (group, path) pairs for its group-access check (rules.access.requests). Raises
+    ProbeFailed, nothing else, for a probe that could not run or timed out."""
+    timeout = timeout if timeout is not None else container_timeout()
+    limit = container_output_max()
     try:
-        result = enter.run(probe_mod.probe_argv(paths, access), timeout=PROBE_TIMEOUT)
+        result = enter.run(probe_mod.probe_argv(paths, access), timeout=timeout, max_output=limit)
     except Unreachable as e:
         raise ProbeFailed(f"{enter.name}: {e}") from None
-    if not result.ok and "end" not in result.stdout:
-        raise ProbeFailed(f"probe in CT {ct} failed (exit {result.rc}): {result.tail()}")
-    return probe_mod.parse(result.stdout)
+    if result.rc == 124:
+        raise ProbeFailed(f"the probe in CT {ct} did not finish within {timeout:g}s (killed)")
+    cut = bool(result.truncated) or result.rc == 125
+    done = _ended(result.stdout)
+    if not done and not cut and not result.ok:
+        raise ProbeFailed(f"probe in CT {ct} failed (exit {result.rc}): {probe_mod.excerpt(result.tail(), 200)}")
+    found = probe_mod.parse(result.stdout, limit=limit, truncated=cut)
+    if not done and not cut:
+        found = replace(found, unusable=found.unusable + (
+            f"the probe exited {result.rc} without its 'end' line: its output is incomplete",))
+    return found
+
+
+def _ended(stdout: str) -> bool:
+    """The probe's last line is `end` (what the script prints when it is done)."""
+    return stdout.rstrip("\n").rsplit("\n", 1)[-1].rstrip("\r") == "end"
 
 
 def read_container_live(t: Transport, backend, ct: str) -> Live | None:

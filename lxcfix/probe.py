@@ -35,6 +35,8 @@ import re
 from typing import Iterable, Mapping
 
 from .errors import BadInput
+from .bounded import excerpt, uint
+from .facts import ID_MAX, MAJOR_MAX, MINOR_MAX
 from .fixes import exact_allow as allow_rule
 from .render import template_text
 from .facts import ID_MAX
@@ -94,52 +96,110 @@ def probe_argv(paths: Iterable[str], access: Iterable[tuple[str, str]] = ()) -> 
 
 # --- parse ----------------------------------------------------------------------------------
 
+# What the container prints is the tenant's: its sh and python3 run the probe. Every number is
+# ASCII digits of bounded length and in range, every line at most LINE_MAX characters, the whole
+# output at most OUTPUT_MAX bytes; a line of a kind the probe prints that is not what the probe
+# prints is noted in `unusable` (the finding LXF206 shows it), never an exception.
+OUTPUT_MAX = 1024 * 1024
+LINE_MAX = 4096 + 64  # a path (PATH_MAX) and the node line's fields
+SMI_LINES_MAX = 64  # nvidia-smi -L prints one line per GPU (and MIG device)
+UNUSABLE_MAX = 8  # problems kept for evidence (the count says how many there were)
+EXCERPT = 80  # bytes of a bad line shown
+
 _NODE = re.compile(
-    r"node (?P<path>/.*) exists=(?P<exists>[01]) char=(?P<char>[01])"
-    r" major=(?P<major>[0-9]+|-) minor=(?P<minor>[0-9]+|-) open=(?P<open>[A-Za-z0-9_]+)"
+    r"node (?P<path>/[^\x00]*) exists=(?P<exists>[01]) char=(?P<char>[01])"
+    r" major=(?P<major>[0-9]{1,7}|-) minor=(?P<minor>[0-9]{1,7}|-) open=(?P<open>[A-Za-z0-9_]{1,32})"
 )
 _INT = re.compile(r"-?[0-9]{1,10}")
-_VERSION = re.compile(r"[0-9]+(?:\.[0-9]+)+")
+_VERSION = re.compile(r"[0-9]{1,6}(?:\.[0-9]{1,6}){1,3}")
+_GROUPS = ("render", "video")
 
 
-def parse(text: str) -> ProbeResult:
-    """What the probe printed -> ProbeResult. Never raises: unknown lines are skipped, a
-    truncated output gives what was seen, and `raw` keeps the text as it came."""
+def _number(text: str | None, limit: int) -> int | None:
+    """ASCII digits (the regexes allow at most 10) as an int when it is at most `limit`."""
+    if text is None or text == "-":
+        return None
+    value = uint(text, 10, 10, limit)
+    return value
+
+
+def parse(text: str, limit: int = OUTPUT_MAX, truncated: bool = False) -> ProbeResult:
+    """What the probe printed -> ProbeResult. Never raises: lines of kinds the probe does
+    not print are skipped, a truncated output gives what was seen, and what the probe
+    could not have printed is listed in `unusable`. limit: bytes of `text` read at most;
+    truncated: the reader already stopped at its cap (the probe was killed there)."""
+    problems: list[str] = []
+    bad = 0
+
+    def unusable(lineno: int, line: str, why: str) -> None:
+        nonlocal bad
+        bad += 1
+        if len(problems) < UNUSABLE_MAX:
+            problems.append(f"line {lineno}: '{excerpt(line)}': {why}")
+
+    data = text.encode("utf-8", "surrogateescape")
+    if len(data) > limit:
+        text = data[:limit].decode("utf-8", "surrogateescape")
+        truncated = True
     nodes: dict[str, ProbeNode] = {}
     smi_rc: int | None = None
     smi_out: list[str] = []
     cuinit: int | None = None
     driver: str | None = None
     groups: dict[str, int] = {}
-    for line in text.split("\n"):
+    lines = text.split("\n")
+    if truncated and lines:
+        lines = lines[:-1]  # the last one was cut in the middle
+    for lineno, line in enumerate(lines, 1):
         line = line.rstrip("\r")
         head, _, rest = line.partition(" ")
+        if head not in _KINDS:
+            continue  # a line of a kind this lxcfix does not read (a newer probe's, or noise)
+        if len(line) > LINE_MAX:
+            unusable(lineno, line, f"longer than {LINE_MAX} characters")
+            continue
         if head == "node":
             m = _NODE.fullmatch(line)
-            if m:
-                node = ProbeNode(
-                    path=m["path"],
-                    exists=m["exists"] == "1",
-                    is_char=m["char"] == "1",
-                    major=None if m["major"] == "-" else int(m["major"]),
-                    minor=None if m["minor"] == "-" else int(m["minor"]),
-                    open=m["open"],
-                )
-                nodes[node.path] = node
-        elif head == "nvidia_smi" and rest.startswith("rc=") and _INT.fullmatch(rest[3:]):
+            major = _number(m["major"], MAJOR_MAX) if m else None
+            minor = _number(m["minor"], MINOR_MAX) if m else None
+            if m is None or (m["major"] != "-" and major is None) or (m["minor"] != "-" and minor is None):
+                unusable(lineno, line, "not a node line the probe prints")
+                continue
+            nodes[m["path"]] = ProbeNode(path=m["path"], exists=m["exists"] == "1", is_char=m["char"] == "1",
+                                         major=major, minor=minor, open=m["open"])
+        elif head == "nvidia_smi":
+            if not (rest.startswith("rc=") and _INT.fullmatch(rest[3:])):
+                unusable(lineno, line, "not an nvidia_smi rc=N line")
+                continue
             smi_rc, smi_out = int(rest[3:]), []
         elif head == "nvidia_smi_out":
+            if len(smi_out) >= SMI_LINES_MAX:
+                unusable(lineno, line, f"more than {SMI_LINES_MAX} lines of nvidia-smi output")
+                continue
             smi_out.append(rest)
-        elif head == "cuinit" and _INT.fullmatch(rest):
+        elif head == "cuinit":
+            if not _INT.fullmatch(rest):
+                unusable(lineno, line, "not a cuinit <code> line")
+                continue
             cuinit = int(rest)
         elif head == "driver":
             version = rest.split(" ", 1)[0]
-            if _VERSION.fullmatch(version):
-                driver = version
+            if not _VERSION.fullmatch(version):
+                unusable(lineno, line, "not a driver <version> line")
+                continue
+            driver = version
         elif head == "group":
             name, _, gid = rest.partition(" ")
-            if name in ("render", "video") and gid.isdigit():
-                groups[name] = int(gid)
+            value = uint(gid, 10, 10, ID_MAX)
+            if value is None:
+                unusable(lineno, line, "not a group <name> <gid> line")
+                continue
+            if name in _GROUPS:
+                groups[name] = value
+    if bad > len(problems):
+        problems.append(f"... {bad - len(problems)} more such lines")
+    if truncated:
+        problems.append(f"the output went past {limit} bytes: reading stopped there and the probe was killed")
     return ProbeResult(
         nodes=nodes,
         nvidia_smi_rc=smi_rc,
@@ -149,6 +209,7 @@ def parse(text: str) -> ProbeResult:
         groups=groups,
         raw=text,
         access=parse_access(text),
+        unusable=tuple(problems),
     )
 
 
@@ -204,12 +265,16 @@ def parse_access(text: str) -> AccessSeen:
     return AccessSeen(owners, groups, tuple(tries.values()))
 
 
+# The line kinds parse() reads (the first word); others are skipped.
+_KINDS = frozenset({"node", "nvidia_smi", "nvidia_smi_out", "cuinit", "driver", "group"})
+
+
 def _driver_source(raw: str) -> str | None:
-    """Where the probe saw the userspace driver (the file name), for evidence."""
+    """Where the probe saw the userspace driver (the file name, escaped), for evidence."""
     for line in raw.split("\n"):
         parts = line.rstrip("\r").split(" ", 2)
-        if len(parts) == 3 and parts[0] == "driver":
-            return parts[2]
+        if len(parts) == 3 and parts[0] == "driver" and _VERSION.fullmatch(parts[1]):
+            return excerpt(parts[2], 200)
     return None
 
 

@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # what only a change needs is imported by the functions that 
     from .transaction import Transaction
 
 # Findings that mean the device the plan was for is still not usable.
-VERIFY_CODES = frozenset({"LXF100", "LXF101", "LXF110", "LXF121", "LXF200", "LXF202", "LXF203", "LXF301"})
+VERIFY_CODES = frozenset({"LXF100", "LXF101", "LXF110", "LXF121", "LXF200", "LXF202", "LXF203", "LXF206", "LXF301"})
 ACCESS_CODES = frozenset({"LXF114", "LXF115", "LXF201", "LXF204"})  # group access (rules.access)
 
 
@@ -127,6 +127,17 @@ def replanned(c: CtReport, ctx, style: str) -> CtReport:
                    plan=plan, context=ctx, planned=planned)
 
 
+def check_editable(c: CtReport) -> None:
+    """plan and apply change only a config they can read whole: a line that does not parse,
+    a device rule LXC rejects, a mount entry or devN entry nobody can use (LXF130) is the
+    admin's to fix first (lxcfix cannot tell what it was meant to say). BadInput, exit 2."""
+    bad = sorted((f for f in c.findings if f.code == "LXF130"), key=lambda f: f.line or 0)
+    if bad:
+        more = f" (and {len(bad) - 1} more such line{'s' if len(bad) > 2 else ''})" if len(bad) > 1 else ""
+        raise BadInput(f"CT {c.ct}: {bad[0].message}{more}; lxcfix edits only a config it can read whole: fix "
+                       f"it by hand first (lxcfix diagnose --ct {c.ct} lists them); nothing planned")
+
+
 def verifier(target: Target, c: CtReport, extra=None):
     """After the change: the file on disk is the planned one, and the container,
     probed inside with its running device program read, shows none of the
@@ -163,6 +174,9 @@ def verifier(target: Target, c: CtReport, extra=None):
                                       access=requests(planned))
             except ProbeFailed as e:
                 return found + [Finding("LXF301", "error", c.ct, f"cannot look inside CT {c.ct}: {e}", host=c.host)]
+            except Exception as e:  # whatever came out of the container: a failed verify, never a crash
+                return found + [Finding("LXF301", "error", c.ct, f"cannot look inside CT {c.ct}: "
+                                        f"{type(e).__name__}: {e}", host=c.host)]
             ctx = replace(planned, probe=probe, live=live)
         found += [f for f in run_rules(ctx) if (f.code in VERIFY_CODES and f.severity == "error"
                                                  and f.device not in absent)

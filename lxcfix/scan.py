@@ -20,7 +20,7 @@ from .errors import LxcfixError
 from .model import LXC_NAME, VMID, CtReport, Finding, HostFacts, HostReport, Plan  # noqa: F401  (re-exported)
 from .plan import make_plan_in
 from .rules import Context, run_rules
-from .transport import Transport
+from .transport import Transport, env_number
 
 # How the probe reaches one container: backend.exec(host, ct) unless the inventory says otherwise.
 Route = Callable[[Transport, str], Transport]
@@ -42,28 +42,25 @@ def analyze_container(facts: HostFacts, loaded: gather.Loaded, loader, style: st
                       enter: Enter | None = None, ctx: Context | None = None) -> CtReport:
     """Findings and plan for one container. `enter` (live hosts) looks inside a
     running container: probe and device program. ctx: its view, when the caller
-    made it already."""
+    made it already. Whatever goes wrong with one container (its config, its probe,
+    a bug in a rule) is that container's report; only a bad --style (the command's
+    own input) is raised."""
     if loaded.config is None:
         f = Finding("LXF131", "error", loaded.ct, f"config cannot be read: {loaded.error}",
                     evidence=(loaded.path,), host=facts.host)
         return CtReport(facts.host, loaded.ct, loaded.path, (f,), error=loaded.error, node=loaded.node)
-    ctx = ctx or gather.context(facts, loaded, loader, requested=style)
+    if ctx is None:
+        try:
+            ctx = gather.context(facts, loaded, loader, requested=style)
+        except Exception as e:  # a bug in reading one config must not end the host's scan
+            f = Finding("LXF131", "error", loaded.ct, f"config cannot be analysed: {type(e).__name__}: {e}",
+                        evidence=(loaded.path,), host=facts.host)
+            return CtReport(facts.host, loaded.ct, loaded.path, (f,), error=f"internal error reading this "
+                            f"container's config: {e!r}", node=loaded.node)
     status = None
     extra: list[Finding] = []
     if enter is not None:
-        from .observe import ProbeFailed, observe  # only a live host is looked inside
-
-        status = enter.backend.status(enter.transport, loaded.ct)
-        if status == "running":
-            try:
-                from .rules.access import requests
-
-                probe, live = observe(enter.transport, enter.backend, loaded.ct, ctx.effective,
-                                      enter.container(loaded.ct), access=requests(ctx))
-                ctx = replace(ctx, probe=probe, live=live)
-            except ProbeFailed as e:
-                extra.append(Finding("LXF301", "error", loaded.ct, f"cannot look inside CT {loaded.ct}: {e}",
-                                     host=facts.host))
+        ctx, status, extra = look_inside(ctx, enter, loaded.ct, facts.host)
     try:
         plan, planned = make_plan_in(ctx, style)
         findings = plan.findings
@@ -78,9 +75,39 @@ def analyze_container(facts: HostFacts, loaded: gather.Loaded, loader, style: st
                         error=f"internal error planning this container: {e!r}", node=loaded.node, status=status,
                         context=ctx)
     if status == "running" and not plan.is_empty:
-        findings = mark_live_fixable(ctx, planned, findings)
+        try:
+            findings = mark_live_fixable(ctx, planned, findings)
+        except Exception:
+            pass  # only a hint; the findings stand
     return CtReport(facts.host, loaded.ct, loaded.path, tuple(findings) + tuple(extra), plan,
                     node=loaded.node, status=status, probe=ctx.probe, context=ctx, planned=planned)
+
+
+def look_inside(ctx: Context, enter: Enter, ct: str, host: str) -> tuple[Context, str | None, list[Finding]]:
+    """The probe and the device program of a running container, into the context. Any
+    failure (the container cannot be entered, the probe times out, the host's answer
+    breaks a reader) is an LXF301 finding for this container, never an exception."""
+    from .observe import ProbeFailed, observe  # only a live host is looked inside
+    from .rules.access import requests
+
+    try:
+        status = enter.backend.status(enter.transport, ct)
+    except Exception as e:
+        return ctx, None, [Finding("LXF301", "error", ct, f"cannot ask whether CT {ct} runs: {_why(e)}", host=host)]
+    if status != "running":
+        return ctx, status, []
+    try:
+        probe, live = observe(enter.transport, enter.backend, ct, ctx.effective, enter.container(ct),
+                              access=requests(ctx))
+    except ProbeFailed as e:
+        return ctx, status, [Finding("LXF301", "error", ct, f"cannot look inside CT {ct}: {e}", host=host)]
+    except Exception as e:
+        return ctx, status, [Finding("LXF301", "error", ct, f"cannot look inside CT {ct}: {_why(e)}", host=host)]
+    return replace(ctx, probe=probe, live=live), status, []
+
+
+def _why(e: Exception) -> str:
+    return str(e) if isinstance(e, LxcfixError) else f"{type(e).__name__}: {e}"
 
 
 # What a live apply repairs when the plan's change can be made live.
@@ -124,16 +151,41 @@ def scan_host(t: Transport, backend: Proxmox | Lxc, cts: list[str] | None = None
         if extra:
             facts = replace(facts, nodes={**facts.nodes, **extra})
     facts = gather.with_snippets(t, facts, [ld.config for ld in loaded_all if ld.config is not None])
-    ctxs = {ld.ct: gather.context(facts, ld, loader, requested=style) for ld in loaded_all if ld.config is not None}
+    ctxs = {ld.ct: c for ld in loaded_all if ld.config is not None
+            and (c := _context_or_none(facts, ld, loader, style)) is not None}
     notes: list[str] = []
+    answered = False  # every probe answered by one sweep: no thread pool needed
     if enter is not None and enter.route is None and batch:
         view, why = _probe_in_one_go(t, backend, ctxs, swept)
         enter = Enter(view, backend)
+        answered = why is None
         if why:
             notes.append(one_by_one(why))
-    reports = [analyze_container(facts, loaded, loader, style, enter, ctxs.get(loaded.ct)) for loaded in loaded_all]
+
+    def analyze(loaded: gather.Loaded) -> CtReport:
+        return analyze_container(facts, loaded, loader, style, enter, ctxs.get(loaded.ct))
+
+    # Probes of this machine's containers, when not swept, run a few at a time (each has its own
+    # deadline, so a stuck one holds one worker, never the others' reports). A remote host's
+    # containers are spread over threads by the fleet scan already (fleet.scan_one's per_host).
+    parallel = min(probe_parallel(), len(loaded_all)) if enter is not None and t.local and not answered else 1
+    if parallel > 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(parallel, thread_name_prefix="lxcfix-probe") as pool:
+            reports = list(pool.map(analyze, loaded_all))
+    else:
+        reports = [analyze(loaded) for loaded in loaded_all]
     return HostReport(t.name, backend.name, facts, tuple(reports), seconds=time.monotonic() - start,
                       notes=tuple(notes))
+
+
+def _context_or_none(facts: HostFacts, loaded: gather.Loaded, loader, style: str) -> Context | None:
+    """The container's view; None when making it fails (analyze_container reports why)."""
+    try:
+        return gather.context(facts, loaded, loader, requested=style)
+    except Exception:
+        return None
 
 
 def one_by_one(why: str) -> str:
@@ -146,9 +198,10 @@ def _probe_in_one_go(t: Transport, backend, ctxs: dict[str, Context], swept: boo
     (sweep.py), as a transport that answers from them. The statuses come from
     the host's sweep (swept), else from a sweep of the live state first."""
     from . import sweep
-    from .observe import PROBE_CAP, PROBE_TIMEOUT, probe_paths
+    from .observe import probe_paths
     from .probe import probe_argv
     from .rules.access import requests
+    from .transport import container_output_max, container_timeout
 
     if not ctxs:
         return t, None
@@ -165,7 +218,16 @@ def _probe_in_one_go(t: Transport, backend, ctxs: dict[str, Context], swept: boo
     # The same argv analyze_container's probe will ask for, so the sweep answers it.
     batch = [backend.exec(t, ct).wrap(probe_argv(probe_paths(ctxs[ct].effective), requests(ctxs[ct])))
              for ct in running]
-    return gather.prefetch(t, sweep.Request(batch=batch, timeout=PROBE_TIMEOUT, cap=PROBE_CAP, parallel=4))
+    return gather.prefetch(t, sweep.Request(batch=batch, timeout=container_timeout(), cap=container_output_max(),
+                                            parallel=probe_parallel()))
+
+
+# Containers of one host probed at once (LXCFIX_PROBE_PARALLEL).
+PROBE_PARALLEL = 4
+
+
+def probe_parallel() -> int:
+    return min(int(env_number("LXCFIX_PROBE_PARALLEL", PROBE_PARALLEL)), 32)
 
 
 # Below this many configs a second process costs more than it saves.

@@ -836,7 +836,8 @@ class Ssh(_Commands):
                         del buf[cap:]
                         _close(chan)
                         return Result(125, _text(out), _text(err) + _nl(err)
-                                      + f"{argv[0]}: output exceeded {cap} bytes on {what}; stopped")
+                                      + f"{argv[0]}: output exceeded {cap} bytes on {what}; stopped",
+                                      truncated=what)
             # sshd may send the exit status before the last of the output: done only at EOF
             # (nothing is sent after it), or when the channel is gone
             if chan.closed or (chan.eof_received and chan.exit_status_ready()):

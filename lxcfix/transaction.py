@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Callable, ClassVar, Sequence
 
 from . import ctconfig
-from .errors import ApplyFailed, LxcfixError, Refused, RollbackFailed, StateError
+from .errors import ApplyFailed, CannotWrite, LxcfixError, Refused, RollbackFailed, StateError
 from .model import Finding
 
 KEEP_BACKUPS = 20
@@ -316,6 +316,33 @@ class Backups:
             os.close(fd)
 
 
+def new_tx_id() -> str:
+    return f"{time.time_ns():x}-{os.getpid()}-{os.urandom(3).hex()}"
+
+
+# Journal events that end a run (its outcome); a run whose events stop before one was killed.
+ENDS = frozenset({"done", "rolled-back", "rollback-failed"})
+
+
+def runs(events: list[dict]) -> list[list[dict]]:
+    """Journal events grouped by run (their "tx"), in the order the runs began. Events of
+    journals older than the run id are one run each from a "backup" event to its end."""
+    out: list[list[dict]] = []
+    by_id: dict[str, list[dict]] = {}
+    for e in events:
+        key = e.get("tx")
+        if key is not None:
+            if key not in by_id:
+                by_id[key] = []
+                out.append(by_id[key])
+            by_id[key].append(e)
+        elif e.get("event") == "backup" or not out or out[-1][-1].get("event") in ENDS:
+            out.append([e])
+        else:
+            out[-1].append(e)
+    return out
+
+
 def wait_until(check: Callable[[], bool], timeout: float = 30.0, interval: float = 0.1) -> bool:
     """Poll check() until it is true or time runs out (tenacity does the waiting)."""
     from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
@@ -470,9 +497,13 @@ class Write(Step):
         (self.writer or write_atomic)(self.path, data, self.flavor, **kw)
 
     def do(self, tx) -> None:
-        os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
-        self._write(self.after, expect_digest=ctconfig.digest(self.before or b""), mode=self.mode,
-                    on_temp=lambda: tx.checkpoint_at(self.temp_checkpoint))
+        try:
+            os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+            self._write(self.after, expect_digest=ctconfig.digest(self.before or b""), mode=self.mode,
+                        on_temp=lambda: tx.checkpoint_at(self.temp_checkpoint))
+        except OSError as e:  # a full or read-only disk: one line that says which file and why
+            where = e.filename if isinstance(e.filename, str) else self.path
+            raise CannotWrite(f"cannot write {self.shown or self.path}: {e.strerror or e} ({where})") from None
 
     def _now(self) -> bytes | None:
         try:
@@ -531,6 +562,7 @@ class Restart(Step):
             r = b.stop(t, self.ct)
             if not r.ok:
                 raise ApplyFailed(f"stopping {self.ct} failed: {r.tail()}")
+            tx.checkpoint_at("stopped")  # killed here: `lxcfix rollback` starts it again (the journal says it ran)
         if tx.state.get("was_running"):
             r = b.start(t, self.ct)
             if not r.ok:
@@ -623,6 +655,7 @@ class Verify(Step):
     what: str = "verify: probe inside and compare with the planned config"
     event: str | None = None
     reached: str | None = "verified"
+    checkpoint: str | None = "verified"
     _result: dict = field(default_factory=dict, repr=False)
     changes = False
 
@@ -697,7 +730,9 @@ class Transaction(Step):
         self.what = what
         self.steps = steps
         self.journal = journal
-        self.base = dict(base)
+        # Every event of one run carries its id: `lxcfix rollback` reads which run took a
+        # backup and whether the last run ended (a kill between stop and start did not).
+        self.base = {"tx": new_tx_id(), **base}
         self.prefix = prefix
         self.events = {**EVENTS, **(events or {})}
         self.state = state if state is not None else {}
@@ -763,7 +798,11 @@ class Transaction(Step):
             self._release()
             raise
         self._release()
-        self._record("done", step=self.reached or "written")
+        try:
+            self._record("done", step=self.reached or "written")
+        except StateError as e:
+            raise StateError(f"{self.what} is done ({self.reached or 'written'}), and stays: only its last "
+                             f"journal line could not be written ({e})") from None
         return TxResult(self.reached or "written", self.state, any(isinstance(s, Verify) for s in self.done))
 
     def _release(self) -> None:
@@ -832,6 +871,7 @@ class Transaction(Step):
 
 
 __all__ = [
+    "ENDS", "runs", "new_tx_id",
     "Backup", "Backups", "Expect", "Journal", "Live", "Lock", "Restart", "Run", "StateDir", "Status", "Step",
     "Transaction", "TxResult", "UndoFailed", "Verify", "Write", "read_file", "remove_stale_temps",
     "wait_until", "write_atomic",

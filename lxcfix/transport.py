@@ -14,15 +14,26 @@ Transports compose rather than subclass:
 Commands are argv lists everywhere; only an SSH transport joins them, with
 shlex.join, at its own boundary. A failed command is a Result, not an
 exception; a file that cannot be read is an OSError.
+
+Every run() is bounded: at most `max_output` bytes of stdout and of stderr are read
+(Local: MAX_OUTPUT unless told; Ssh: SshOptions.max_output unless told) and the command gets
+`timeout` seconds; past either, reading stops and the command is killed (on this
+machine its whole process group): Result(125, ..., truncated="stdout") or
+Result(124, ...). What runs inside a container (ContainerExec) gets a tighter cap,
+container_output_max() (1 MiB; LXCFIX_PROBE_MAX_OUTPUT): a tenant's python3 that
+is `cat /dev/zero` costs the host 1 MiB, not its memory.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import selectors
+import signal
 import stat as st_mod
 import subprocess
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
@@ -32,6 +43,13 @@ from .model import DeviceNode, Result
 
 # A config or an include is a few KB; /proc/self/mountinfo of a busy host a few hundred.
 MAX_READ = 16 * 1024 * 1024
+# What one host command may print (bpftool's JSON, `find /dev -exec stat`: well under this).
+MAX_OUTPUT = 16 * 1024 * 1024
+# What one command inside a container may print, and how long it may take (probe deadline).
+CONTAINER_OUTPUT_MAX = 1024 * 1024
+CONTAINER_TIMEOUT = 30.0
+# A command that exited while something it started still holds its output open: this long, then it is killed.
+EXIT_GRACE = 2.0
 
 # `stat -c` format facts.parse_stat_lines reads (hex major/minor and mode).
 STAT_FORMAT = "%F|%t|%T|%f|%u|%g|%n"
@@ -53,8 +71,9 @@ class Transport(Protocol):
 
     def run(self, argv: Sequence[str], *, input: str | None = None, timeout: float | None = 60,
             max_output: int | None = None) -> Result:
-        """argv run there. max_output: bytes of stdout (and of stderr) to take, for a
-        command whose output is known to be big (a sweep); None: the transport's own cap."""
+        """argv's Result. max_output: at most this many bytes of stdout, and of stderr, are
+        read (None: the transport's own bound; a sweep takes more); past it, or past
+        timeout, the command is killed (rc 125 with Result.truncated set, or rc 124)."""
         ...
 
     def read(self, path: str) -> bytes:
@@ -107,6 +126,107 @@ def read_regular(path: str, limit: int = MAX_READ) -> bytes:
         return b"".join(chunks)
     finally:
         os.close(fd)
+
+
+def _text(data: bytes | bytearray) -> str:
+    return bytes(data).decode("utf-8", "surrogateescape")
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the command's process group (it leads one: start_new_session), then reap it.
+    Whatever it left behind in another group is on its own; lxcfix stops reading it."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def run_bounded(argv: Sequence[str], *, input: str | None = None, timeout: float | None = 60,
+                limit: int = MAX_OUTPUT, env: dict[str, str] | None = None) -> Result:
+    """argv on this machine, its output read as it comes, at most `limit` bytes of each
+    stream. Past the limit: the process group is killed, Result(125, <the first `limit`
+    bytes>, ..., truncated="stdout"|"stderr"). Past `timeout`: killed, rc 124. A command
+    that exits while a child of it keeps the pipes open is given EXIT_GRACE seconds,
+    then its group is killed (its exit status stands)."""
+    argv = list(argv)
+    try:
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True, close_fds=True)
+    except FileNotFoundError:
+        return Result(127, "", f"{argv[0]}: command not found")
+    except OSError as e:
+        return Result(126, "", f"{argv[0]}: {e.strerror or e}")
+    deadline = None if timeout is None else time.monotonic() + timeout
+    out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
+    bufs = {out_fd: bytearray(), err_fd: bytearray()}
+    names = {out_fd: "stdout", err_fd: "stderr"}
+    pending = memoryview(input.encode("utf-8", "surrogateescape")) if input is not None else None
+    exited_at: float | None = None
+    with selectors.DefaultSelector() as sel:
+        for fd in bufs:
+            os.set_blocking(fd, False)
+            sel.register(fd, selectors.EVENT_READ)
+        if proc.stdin is not None:
+            os.set_blocking(proc.stdin.fileno(), False)
+            sel.register(proc.stdin.fileno(), selectors.EVENT_WRITE)
+        try:
+            while sel.get_map():
+                now = time.monotonic()
+                if deadline is not None and now >= deadline:
+                    _kill_group(proc)
+                    return Result(124, _text(bufs[out_fd]), _text(bufs[err_fd]) + f"{argv[0]}: timed out after {timeout}s")
+                if exited_at is None and proc.poll() is not None:
+                    exited_at = now
+                if exited_at is not None and now - exited_at >= EXIT_GRACE:
+                    _kill_group(proc)  # the command is done; what it left running is not waited for
+                    break
+                wait = 0.5 if deadline is None else min(0.5, deadline - now)
+                for key, _ in sel.select(max(wait, 0.0)):
+                    fd = key.fd
+                    if fd not in bufs:  # stdin
+                        try:
+                            pending = pending[os.write(fd, pending):]
+                        except (BrokenPipeError, OSError):
+                            pending = pending[:0]
+                        if not pending:
+                            sel.unregister(fd)
+                            proc.stdin.close()
+                        continue
+                    try:
+                        chunk = os.read(fd, 65536)
+                    except BlockingIOError:
+                        continue
+                    if not chunk:
+                        sel.unregister(fd)
+                        continue
+                    buf = bufs[fd]
+                    buf += chunk
+                    if len(buf) > limit:
+                        del buf[limit:]
+                        _kill_group(proc)
+                        what = names[fd]
+                        return Result(125, _text(bufs[out_fd]),
+                                      _text(bufs[err_fd]) + f"{argv[0]}: output exceeded {limit} bytes on {what}; stopped",
+                                      truncated=what)
+        finally:
+            for f in (proc.stdin, proc.stdout, proc.stderr):
+                if f is not None:
+                    try:
+                        f.close()
+                    except OSError:
+                        pass
+    left = None if deadline is None else max(0.0, deadline - time.monotonic())
+    try:
+        rc = proc.wait(timeout=left)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        return Result(124, _text(bufs[out_fd]), _text(bufs[err_fd]) + f"{argv[0]}: timed out after {timeout}s")
+    return Result(rc, _text(bufs[out_fd]), _text(bufs[err_fd]))
 
 
 def _walk_nodes(real_top: str, shown_top: str) -> dict[str, DeviceNode]:
@@ -168,17 +288,8 @@ class Local:
 
     def run(self, argv: Sequence[str], *, input: str | None = None, timeout: float | None = 60,
             max_output: int | None = None, env: dict[str, str] | None = None) -> Result:
-        try:
-            proc = subprocess.run(
-                list(argv), input=input, capture_output=True, text=True,
-                errors="surrogateescape", timeout=timeout, env=env,
-                stdin=None if input is not None else subprocess.DEVNULL,
-            )
-        except FileNotFoundError:
-            return Result(127, "", f"{argv[0]}: command not found")
-        except subprocess.TimeoutExpired:
-            return Result(124, "", f"{argv[0]}: timed out after {timeout}s")
-        return Result(proc.returncode, proc.stdout, proc.stderr)
+        return run_bounded(argv, input=input, timeout=timeout,
+                           limit=MAX_OUTPUT if max_output is None else max_output, env=env)
 
     def local_path(self, path: str) -> str:
         return self.overrides.get(path, path)
@@ -224,7 +335,8 @@ class RootDir:
             max_output: int | None = None) -> Result:
         name = os.path.basename(argv[0])
         try:
-            return Result(0, read_regular(os.path.join(self.root, ".lxcfix", name)).decode("utf-8", "surrogateescape"), "")
+            text = read_regular(os.path.join(self.root, ".lxcfix", name), MAX_OUTPUT if max_output is None else max_output)
+            return Result(0, text.decode("utf-8", "surrogateescape"), "")
         except OSError:
             return Result(127, "", f"{name}: not in the host snapshot")
 
@@ -258,6 +370,7 @@ class ContainerExec(_Commands):
     ct: str
     backend: str  # "pve" | "lxc": whose container (both are entered the same way)
     lxcpath: str | None = None  # lxc-attach -P, when not the default
+    limit: int | None = None  # bytes of stdout/stderr one command may print (None: container_output_max())
     local = False
 
     @property
@@ -271,10 +384,17 @@ class ContainerExec(_Commands):
 
     def run(self, argv: Sequence[str], *, input: str | None = None, timeout: float | None = 60,
             max_output: int | None = None) -> Result:
-        return self.inner.run(self.wrap(argv), input=input, timeout=timeout, max_output=max_output)
+        """What a tenant's binaries print is read up to the cap, and the command killed past
+        it (Local and Ssh both stop there); what comes back is cut to the cap again here,
+        whatever the transport under it did."""
+        cap = max_output if max_output is not None else (self.limit if self.limit is not None
+                                                          else container_output_max())
+        return capped(self.inner.run(self.wrap(argv), input=input, timeout=timeout, max_output=cap), cap)
 
     def read(self, path: str) -> bytes:
-        result = self.run(["cat", "--", path])
+        result = self.run(["cat", "--", path], max_output=MAX_READ)
+        if result.truncated:
+            raise OSError(errno.EFBIG, f"larger than {MAX_READ} bytes", path)
         if not result.ok:
             raise FileNotFoundError(errno.ENOENT, result.tail(), path)
         return result.stdout.encode("utf-8", "surrogateescape")
@@ -451,6 +571,42 @@ class Prefetched:
 
     def close(self) -> None:
         self.inner.close()
+
+
+def capped(result: Result, limit: int) -> Result:
+    """result with stdout and stderr cut to `limit` bytes each (a remote reply)."""
+    if result.truncated:
+        return result
+    for name in ("stdout", "stderr"):
+        data = getattr(result, name).encode("utf-8", "surrogateescape")
+        if len(data) > limit:
+            cut = data[:limit].decode("utf-8", "surrogateescape")
+            fields = {"stdout": result.stdout, "stderr": result.stderr, name: cut}
+            return Result(125, fields["stdout"], fields["stderr"], truncated=name)
+    return result
+
+
+def env_number(var: str, default, kind=int):
+    """A positive number from the environment (a tuning knob), else the default."""
+    text = os.environ.get(var, "").strip()
+    if text and len(text) <= 12 and text.isascii():
+        try:
+            value = kind(text)
+        except ValueError:
+            return default
+        if 0 < value < 1e9:
+            return value
+    return default
+
+
+def container_output_max() -> int:
+    """Bytes one command inside a container may print: LXCFIX_PROBE_MAX_OUTPUT, else 1 MiB."""
+    return env_number("LXCFIX_PROBE_MAX_OUTPUT", CONTAINER_OUTPUT_MAX)
+
+
+def container_timeout() -> float:
+    """Seconds the probe of one container may take: LXCFIX_PROBE_TIMEOUT, else 30."""
+    return env_number("LXCFIX_PROBE_TIMEOUT", CONTAINER_TIMEOUT, float)
 
 
 def env_path(var: str, default: str) -> str:

@@ -84,9 +84,9 @@ class Context:
         return Finding(code=code, severity=severity, ct=self.ct, message=message, host=self.host, **kw)
 
 
-from . import access, allowlist, drift, host, hygiene, inert, live, probe  # noqa: E402
+from . import access, allowlist, drift, host, hygiene, inert, live, probe, tenant  # noqa: E402
 
-RULES = (host, allowlist, hygiene, access, inert, drift, live, probe)
+RULES = (host, allowlist, hygiene, access, tenant, inert, drift, live, probe)
 
 
 def run_rules(ctx: Context, rules=RULES) -> list[Finding]:

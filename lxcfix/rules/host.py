@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..bounded import excerpt
 from ..effective import V2_KEYS
 from ..model import Fix
 
@@ -17,7 +18,7 @@ def check(ctx) -> list:
         ))
     for lineno, text in ctx.config.bad_lines():
         out.append(ctx.finding(
-            "LXF130", "error", f"line {lineno} of {ctx.config.path or 'the config'} does not parse: {text.strip()[:80]!r}",
+            "LXF130", "error", f"line {lineno} of {ctx.config.path or 'the config'} does not parse: '{excerpt(text.strip())}'",
             evidence=(f"{ctx.config.path}:{lineno}",),
             fix=Fix("remove or fix the line: Proxmox and LXC refuse to start with it"),
         ))

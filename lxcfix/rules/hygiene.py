@@ -13,6 +13,9 @@ starts, is the admin's call.
 from __future__ import annotations
 
 from .. import devices, fixes
+from ..bounded import excerpt
+from ..ctconfig import is_devn_key
+from ..lxcdefaults import LXC_CONFIG_DIR
 from ..devices import parse_lxc_value
 from ..model import DeviceNode, Edit, Fix
 
@@ -164,8 +167,8 @@ def check(ctx) -> list:
             ))
         if r.value.strip() and not lxc_accepts(r):
             out.append(ctx.finding(
-                "LXF130", "error", f"LXC rejects the device rule {r.value!r} and skips it: it has no effect",
-                evidence=(where, "LXC wants `c MAJOR:MINOR ACCESS` with single spaces, or `/dev/path ACCESS` (allow only)"),
+                "LXF130", "error", f"LXC rejects the device rule '{excerpt(r.value)}' and skips it: it has no effect",
+                evidence=(excerpt(where, 200), "LXC wants `c MAJOR:MINOR ACCESS` with single spaces, or `/dev/path ACCESS` (allow only)"),
                 fix=Fix("write it as `c MAJOR:MINOR rwm` or `/dev/path rwm`"), line=r.index + 1,
             ))
         if r.rule is None:
@@ -186,6 +189,7 @@ def check(ctx) -> list:
                 evidence=(where, f"/proc/devices: {r.rule.major} {profile.drivers[0] if profile.drivers else profile.name}"),
                 fix=path_rules_fix(ctx, r, profile), line=r.index + 1,
             ))
+    out += unreadable_entries(ctx)
     for g in eff.given:
         if g.via != "mount" or g.optional or g.from_dir is not None:
             continue
@@ -199,4 +203,75 @@ def check(ctx) -> list:
             evidence=(f"{path}:{g.index + 1}",),
             fix=optional_fix(ctx, g), line=g.index + 1,
         ))
+    return out
+
+
+NAME_MAX, PATH_MAX = 255, 4096
+
+
+def _bad_path(path: str) -> str | None:
+    """Why the kernel refuses this path, if it does (a name over 255 bytes, a path over 4096)."""
+    data = path.encode("utf-8", "surrogateescape")
+    if len(data) >= PATH_MAX:
+        return f"a path of {len(data)} bytes (the kernel takes {PATH_MAX - 1})"
+    longest = max((len(p) for p in data.split(b"/")), default=0)
+    if longest > NAME_MAX:
+        return f"a name of {longest} bytes in the path (the kernel takes {NAME_MAX})"
+    return None
+
+
+def _looping_include(ctx) -> int | None:
+    """The line of the container's own lxc.include that leads into includes nested past 8
+    levels: one naming the config itself, else the first whose target was left unread."""
+    deep = ctx.effective.too_deep
+    if not deep:
+        return None
+    own = [(i, ln.value) for i, ln in ctx.config.main() if ln.key == "lxc.include"]
+    for i, value in own:
+        if value == ctx.config.path:
+            return i
+    # LXC's own files (common.conf, ...) are only where the loop was cut, when a file of the
+    # admin's is among those left unread: the loop goes through the admin's own include
+    if any(not d.startswith(LXC_CONFIG_DIR + "/") for d in deep):
+        for i, value in own:
+            if not value.startswith(LXC_CONFIG_DIR + "/"):
+                return i
+    for i, value in own:
+        if value in deep:
+            return i
+    return own[0][0] if own else None
+
+
+def unreadable_entries(ctx) -> list:
+    """LXF130 for mount entries LXC cannot read or mount (fewer than the four fstab fields,
+    a path the kernel refuses) and, in Proxmox configs, devN keys past dev255 (or with a
+    leading 0) and devN entries without a path: lxcfix cannot tell which device they mean."""
+    out = []
+    path = ctx.config.path
+    for i, ln in ctx.config.main():
+        if ln.key is None:
+            continue
+        why = None
+        if ln.key == "lxc.mount.entry":
+            fields = (ln.value or "").split()
+            if len(fields) < 4:
+                why = "LXC wants `source target fstype options [dump pass]`"
+            else:
+                bad = _bad_path(fields[0]) or _bad_path(fields[1])
+                why = f"the kernel cannot mount it: {bad}" if bad else None
+        elif ctx.config.flavor == "pve" and ln.key.startswith("dev") and ln.key[3:].isascii() and ln.key[3:].isdigit():
+            if not is_devn_key(ln.key):
+                why = "Proxmox knows dev0 to dev255"
+            elif not any(p.strip() and (p.strip().startswith(("/", "path=/")))
+                         for p in (ln.value or "").split(",")):
+                why = "a devN entry names a device path: `devN: /dev/x[,gid=..][,mode=..]`"
+        elif ln.key == "lxc.include" and i == _looping_include(ctx):
+            why = "includes nest more than 8 deep (a file that includes itself, or a loop of includes)"
+        if why:
+            text = ln.text.strip()
+            out.append(ctx.finding(
+                "LXF130", "error", f"line {i + 1} of {path or 'the config'} cannot be used: {why}: '{excerpt(text)}'",
+                evidence=(f"{path}:{i + 1}",),
+                fix=Fix("fix or remove the line"), line=i + 1,
+            ))
     return out

@@ -1,4 +1,6 @@
-"""What the in-container probe saw: LXF200-LXF203, LXF210-LXF212 (probe.classify).
+"""What the in-container probe saw: LXF200-LXF203, LXF210-LXF212 (probe.classify), and
+LXF206 when what came out of the container could not all be used (lines the probe does
+not print, numbers out of range, output cut at its cap or without its end).
 
 A probe finding about a device carries the same fix as the config finding
 about it (rules.Context.repairs), so the plan applies it once; LXF201 gets the
@@ -53,6 +55,24 @@ def with_fix_data(ctx, f: Finding) -> Finding:
     return f
 
 
+def unusable(ctx) -> list:
+    """LXF206: the probe's output, or part of it, could not be used. The container's own sh
+    and python3 run the probe, so this is either a broken container or one whose tenant
+    prints what it likes; what was usable still counts, the rest is the evidence."""
+    problems = ctx.probe.unusable
+    if not problems:
+        return []
+    return [ctx.finding(
+        "LXF206", "error",
+        f"the probe's output from inside CT {ctx.ct} cannot all be used: the container's sh or python3 "
+        "printed what lxcfix's probe does not print",
+        evidence=tuple(problems) + ("the probe runs with the container's own sh and python3: a tenant "
+                                    "who replaced them decides what it prints",),
+        fix=Fix("look at the container's /bin/sh and python3; lxcfix's other findings about it come from its "
+                "config and the host, which the tenant cannot change"),
+    )]
+
+
 def check(ctx) -> list:
     if ctx.probe is None:
         return []
@@ -65,4 +85,4 @@ def check(ctx) -> list:
                                allowlist=allowlist, host_majors=majors)
     # Root refused while the node's group gets in: what an idmap pass-through leaves (rules.access: LXF205).
     found = [f for f in found if not (f.code == "LXF201" and f.device and root_refusal_expected(ctx, f.device))]
-    return [with_fix_data(ctx, f) for f in found]
+    return [with_fix_data(ctx, f) for f in found] + unusable(ctx)

@@ -151,7 +151,7 @@ def test_host_unit_is_verified_enabled_idempotent_and_rolled_back(sysroot, state
         assert unit.read_bytes() == plan.after and wants.is_symlink() == can_enable
         events = [json.loads(l)["event"] for l in (state / "journal.jsonl").read_text().splitlines()]
         assert events[-3:] == ["host-unit-verify", "host-unit-failed", "host-unit-rolled-back"]
-        assert len(os.listdir(state / "backups" / "host")) == 1
+        assert len(os.listdir(state / "host-unit" / hostfix.UNIT_NAME)) == 1
 
 
 def test_v1_key_overbroad_rule_and_card_index_each_get_a_change_that_works(container_factory, tun, state):

@@ -194,7 +194,7 @@ def test_failed_enable_restores_the_old_unit_from_its_backup(sysroot, tmp_path):
         hostfix.apply_host_unit(target, plan, enable=True)
     assert "Access denied" in str(e.value) and "restored from" in str(e.value)
     assert (sysroot / hostfix.UNIT_NAME).read_bytes() == old
-    backups = os.listdir(tmp_path / "state" / "backups" / "host")
+    backups = os.listdir(tmp_path / "state" / "host-unit" / hostfix.UNIT_NAME)  # apart from containers' backups
     assert len(backups) == 1
     assert ["systemctl", f"--root={tmp_path / 'root'}", "disable", hostfix.UNIT_NAME] in runner.calls
 
