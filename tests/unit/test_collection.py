@@ -179,3 +179,23 @@ def test_missing_or_old_lxcfix_fails_with_what_to_do(play, snap, tmp_path):
     assert "lxcfix 0.0.9" in msgs["old"]["msg"] and "is too old" in msgs["old"]["msg"]
     assert "has no library API (lxcfix.api)" in msgs["noapi"]["msg"]
     assert "speaks library API version 9" in msgs["future"]["msg"]
+
+
+# ---------------------------------------------------------------- the playbook's variables in an inventory
+
+
+def test_playbook_variables_are_accepted_by_lxcfixs_inventory_reader():
+    """The example playbook's variables may live in an inventory; `lxcfix scan --inventory` must still read it."""
+    import re
+
+    from lxcfix import inventory
+
+    book = (COLLECTION / "playbooks" / "pre_maintenance.yml").read_text()
+    used = set(re.findall(r"\b(lxcfix_[a-z_]+) \| default", book))
+    assert used == set(inventory.COLLECTION_KEYS)
+    text = "all:\n  vars:\n" + "".join(f"    {k}: x\n" for k in sorted(used)) + "  hosts:\n    pve1: {}\n"
+    (entry,) = inventory.load(text, "inv.yaml").select(None)
+    assert entry.name == "pve1"
+    js = '{"_meta": {"hostvars": {"pve1": {"lxcfix_python": "/opt/pipx/venvs/lxcfix/bin/python"}}}, ' \
+         '"all": {"children": ["ungrouped"]}, "ungrouped": {"hosts": ["pve1"]}}'
+    assert [e.name for e in inventory.load_json(js, "inv.json").select(None)] == ["pve1"]
