@@ -28,16 +28,18 @@ What the fields mean:
   config: it ran, restart=True, not live, a live host.
 - restart_required: the new config is (would be) on disk but the running
   container still runs the old one (restart=False on a running container).
-- verified: after the change the container was probed inside and its running
-  device program matched the planned config (False in check mode, and when
-  nothing ran the verify: a snapshot, or restart=False).
+- verified: the apply's verify step ran and passed: the file on disk is the
+  planned one and, when the container runs, a probe inside and its running
+  device program show none of the problems the plan was for (False in check
+  mode, and where no verify runs: a snapshot, or restart=False).
 - findings: the container's findings before the change, as `--json` shows them.
 
-Errors are LxcfixError (errors.py), each with its exit_code: BadInput (2,
-nothing changed; also a locked config or a --live change that needs a start),
-Unreachable and StateError (3), ApplyFailed (4: the change failed after the
-write and was rolled back; the message says what was put back), RollbackFailed
-(5: the message says exactly what state the config and container are in).
+Errors are LxcfixError (errors.py; also api.LxcfixError), each with its
+exit_code: BadInput (2, nothing changed; also a locked config, or a live
+change that needs a start), Unreachable and StateError (3), ApplyFailed (4:
+the change failed after the write and was rolled back; the message says what
+was put back), RollbackFailed (5: the message says exactly what state the
+config and container are in).
 """
 
 from __future__ import annotations

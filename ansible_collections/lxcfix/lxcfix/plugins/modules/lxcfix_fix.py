@@ -142,8 +142,9 @@ restart_required:
   sample: false
 verified:
   description:
-    - Every container this task changed was verified afterwards - probed inside, its running device program equal to
-      the planned config. False in check mode, when nothing changed, and when no verify ran (O(restart=false), O(root)).
+    - Every container this task changed was verified afterwards - its config on disk is the planned one and, when it
+      runs, a probe inside and its running device program show none of the problems the plan was for. False in check
+      mode, when nothing changed, and when no verify ran (O(restart=false), O(root)).
   returned: success
   type: bool
   sample: true
@@ -188,7 +189,7 @@ containers:
       description: Its new config is on disk but it still runs the old one.
       type: bool
     verified:
-      description: It was probed inside after the change and showed none of the problems the plan was for.
+      description: Its verify step ran and passed (see RV(verified)).
       type: bool
     step_reached:
       description: The last step of the apply (C(verified), C(restarted), C(written), C(changed-live)); null in check mode.
