@@ -295,6 +295,9 @@ VALIDATORS: dict[str, Validator] = {
     "lxcfix_pve_dir": _absolute_dir("lxcfix_pve_dir"),
 }
 LXCFIX_KEYS = tuple(k for k in VALIDATORS if k.startswith("lxcfix_"))
+# The Ansible collection's playbook variables (ansible_collections/lxcfix/lxcfix/playbooks): an inventory
+# may set them for the collection; the command line accepts them and does not read them.
+COLLECTION_KEYS = ("lxcfix_python", "lxcfix_hosts", "lxcfix_style", "lxcfix_live", "lxcfix_serial")
 
 
 def check_var(name: str, value: Any, err: Err) -> Any:
@@ -304,7 +307,7 @@ def check_var(name: str, value: Any, err: Err) -> Any:
     validator = VALIDATORS.get(name)
     if validator is not None:
         return validator(value, err)
-    if not name.startswith("lxcfix_"):
+    if not name.startswith("lxcfix_") or name in COLLECTION_KEYS:
         return value
     hint = difflib.get_close_matches(name, LXCFIX_KEYS, n=1)
     raise err(f"unknown key {name}" + (f" (did you mean {hint[0]}?)" if hint else

@@ -141,7 +141,7 @@ def test_sftp_reply_deadline_mid_session(server, keys, tmp_path):
     (tmp_path / "f").write_text("hello\n")
     with host(d, keys, replace(options, op_timeout=2)) as t:
         assert t.read(str(tmp_path / "f")) == b"hello\n"
-        (server_pid,) = [p for p in d.children() if _comm(p) == "sshd"][-1:]  # the session's sshd
+        (server_pid,) = [p for p in d.children() if _comm(p) in ("sshd", "sshd-session")][-1:]  # the session's sshd
         os.kill(server_pid, 19)  # SIGSTOP: the connection stays up, nothing answers
         try:
             start = time.monotonic()

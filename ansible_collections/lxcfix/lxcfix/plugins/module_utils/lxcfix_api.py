@@ -1,0 +1,106 @@
+# -*- coding: utf-8 -*-
+# Copyright: lxcfix contributors
+# MIT License (see the repository's pyproject.toml)
+"""Shared by the lxcfix modules: find the lxcfix package on the managed host
+(the hypervisor) and load its library API (lxcfix.api), or fail the task with
+what to do. The modules never run the lxcfix command line.
+
+    api = load_api(module)     # lxcfix.api, or module.fail_json(...) with the reason
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import importlib.util
+import sys
+import traceback
+
+# The oldest lxcfix whose lxcfix.api this collection speaks, and that API's version.
+MIN_LXCFIX_VERSION = "0.1.0"
+API_VERSION = 1
+
+INSTALL_HINT = (
+    "Install lxcfix on the hypervisor (README, 'Install': apt install pipx, then "
+    "PIPX_HOME=/opt/pipx PIPX_BIN_DIR=/usr/local/bin pipx install <lxcfix checkout>) and run the "
+    "lxcfix tasks with ansible_python_interpreter=/opt/pipx/venvs/lxcfix/bin/python"
+)
+
+
+def version_tuple(text):
+    """"0.1.0" -> (0, 1, 0); a suffix ("1.2.0rc1") ends the numbers."""
+    out = []
+    for part in str(text).split("."):
+        digits = ""
+        for ch in part:
+            if not ch.isdigit():
+                break
+            digits += ch
+        out.append(int(digits or 0))
+        if digits != part:
+            break
+    return tuple(out)
+
+
+def load_api(module):
+    """lxcfix.api from the Python this module runs with, checked for version."""
+    try:
+        import lxcfix
+    except ImportError:
+        module.fail_json(msg="lxcfix is not installed for %s on this host. %s" % (sys.executable, INSTALL_HINT),
+                         exception=traceback.format_exc(), lxcfix_missing=True)
+    version = getattr(lxcfix, "__version__", "0")
+    where = getattr(lxcfix, "__file__", None) or "?"
+    if version_tuple(version) < version_tuple(MIN_LXCFIX_VERSION):
+        module.fail_json(msg="lxcfix %s (%s, for %s) is too old: this collection needs lxcfix %s or newer. "
+                             "Upgrade it (README, 'Install')." % (version, where, sys.executable, MIN_LXCFIX_VERSION),
+                         lxcfix_version=version)
+    try:
+        from lxcfix import api
+    except ImportError as e:
+        if importlib.util.find_spec("lxcfix.api") is None:
+            module.fail_json(msg="lxcfix %s (%s) has no library API (lxcfix.api): too old for this collection, "
+                                 "which needs lxcfix %s or newer with API version %d. Upgrade it (README, 'Install')."
+                                 % (version, where, MIN_LXCFIX_VERSION, API_VERSION),
+                             exception=traceback.format_exc(), lxcfix_version=version)
+        module.fail_json(msg="lxcfix %s (%s) is installed but its API does not import for %s: %s. "
+                             "Reinstall it (README, 'Install')." % (version, where, sys.executable, e),
+                         exception=traceback.format_exc(), lxcfix_version=version)
+    if getattr(api, "API_VERSION", None) != API_VERSION:
+        module.fail_json(msg="lxcfix %s speaks library API version %s; this collection speaks version %d. "
+                             "Install the collection and lxcfix from the same release."
+                             % (version, getattr(api, "API_VERSION", None), API_VERSION),
+                         lxcfix_version=version)
+    return api
+
+
+SCAN_ARGUMENT_SPEC = dict(
+    ct=dict(type="list", elements="str"),
+    probe=dict(type="bool", default=True),
+    style=dict(type="str", default="auto", choices=["auto", "devn", "path", "numeric"]),
+    root=dict(type="path"),
+)
+
+
+def scan_result(api, params):
+    """lxcfix_scan's and lxcfix_facts' data: the scan document (schema 1), its
+    findings also in one list (each with host and ct), the containers whose plan
+    changes something."""
+    doc = api.scan(params["ct"], probe=params["probe"], style=params["style"], root=params["root"])
+    findings = [dict(f, host=c["host"], ct=c["ct"]) for c in doc["containers"] for f in c["findings"]]
+    pending = [c["ct"] for c in doc["containers"] if c.get("plan")]
+    return dict(schema=doc["schema"], lxcfix_version=doc["version"], hosts=doc["hosts"],
+                containers=doc["containers"], findings=findings, pending=pending, summary=doc["summary"])
+
+
+def error_result(e):
+    """What a failed lxcfix call tells the task: its exit code and whether it was rolled back."""
+    code = int(getattr(e, "exit_code", 3))
+    return {"msg": "lxcfix: %s" % e, "exit_code": code, "rolled_back": code == 4}
+
+
+def text_of(data):
+    """Config bytes as text for Ansible's diff (a non-UTF-8 byte shows as U+FFFD)."""
+    if isinstance(data, bytes):
+        return data.decode("utf-8", "replace")
+    return data

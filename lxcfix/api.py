@@ -1,0 +1,139 @@
+"""lxcfix as a library: the small, stable API that the Ansible collection
+(ansible_collections/lxcfix/lxcfix) and any other program on the hypervisor
+call, instead of scraping the command line. Thin: each call is one of
+repair.py's flows; nothing here prints or exits.
+
+    from lxcfix import api
+    api.API_VERSION                      -> 1 (bumped only when a field changes meaning or goes away)
+    api.require("0.1.0")                 # raises TooOld when the installed lxcfix is older
+    api.scan()                           -> the `lxcfix scan --json` document (schema 1), running CTs probed
+    api.scan(cts=["200"], probe=False, root="/tmp/snap")
+    api.pending()                        -> ["200", "201"]: the containers whose plan changes something
+    api.fix("200", check=True)           # check mode: the same plan and steps, nothing written or restarted
+    -> {"ct": "200", "host": "localhost", "path": "/etc/pve/lxc/200.conf", "check": True,
+        "changed": True, "before": b"arch: amd64\\n...", "after": b"arch: amd64\\n...dev0: ...\\n",
+        "diff": "--- a/etc/pve/lxc/200.conf\\n+++ ...", "style": "devn", "style_reason": "...",
+        "status": "running", "live": False, "restarted": True, "restart_required": False,
+        "backup_file": None, "verified": False, "step_reached": None,
+        "steps": ["lock /run/lock/lxc/pve-config-200.lock", "..."],
+        "findings": [{"code": "LXF101", "severity": "error", "message": "...", ...}]}
+    api.fix("200", check=False)          # applies: backup_file, step_reached "verified", verified True
+
+What the fields mean:
+- changed: the config differs (or, in check mode, would differ) from before; a
+  second fix of the same container reports False.
+- before/after: the config file's bytes before and after (after == before when
+  nothing changes); diff: the unified diff `lxcfix plan` prints.
+- restarted: the container was (check mode: would be) restarted to load the new
+  config: it ran, restart=True, not live, a live host.
+- restart_required: the new config is (would be) on disk but the running
+  container still runs the old one (restart=False on a running container).
+- verified: the apply's verify step ran and passed: the file on disk is the
+  planned one and, when the container runs, a probe inside and its running
+  device program show none of the problems the plan was for (False in check
+  mode, and where no verify runs: a snapshot, or restart=False).
+- findings: the container's findings before the change, as `--json` shows them.
+
+Errors are LxcfixError (errors.py; also api.LxcfixError), each with its
+exit_code: BadInput (2, nothing changed; also a locked config, or a live
+change that needs a start), Unreachable and StateError (3), ApplyFailed (4:
+the change failed after the write and was rolled back; the message says what
+was put back), RollbackFailed (5: the message says exactly what state the
+config and container are in).
+"""
+
+from __future__ import annotations
+
+from . import __version__, report, repair
+from .errors import BadInput, LxcfixError, Refused
+
+API_VERSION = 1
+
+__all__ = ["API_VERSION", "LxcfixError", "TooOld", "fix", "pending", "require", "scan", "version"]
+
+
+class TooOld(LxcfixError):
+    """The installed lxcfix is older than the caller needs."""
+
+
+def version() -> str:
+    return __version__
+
+
+def _numbers(text: str) -> tuple[int, ...]:
+    out = []
+    for part in text.split("."):
+        digits = ""
+        for ch in part:
+            if not ch.isdigit():
+                break
+            digits += ch
+        out.append(int(digits or 0))
+        if digits != part:  # "1.2.0rc1", "0.2.dev3": compare the numbers before the suffix
+            break
+    return tuple(out)
+
+
+def require(minimum: str) -> str:
+    """The installed version, or TooOld when it is older than `minimum` ("0.1.0")."""
+    if _numbers(__version__) < _numbers(minimum):
+        raise TooOld(f"lxcfix {__version__} is installed; {minimum} or newer is needed")
+    return __version__
+
+
+def scan(cts: list[str] | None = None, *, probe: bool = True, style: str = "auto",
+         root: str | None = None) -> dict:
+    """`lxcfix scan --json` of this host (or of the snapshot `root`): schema 1,
+    {"schema", "tool", "version", "command": "scan", "hosts", "containers", "summary"}.
+    probe: look inside running containers (live hosts only)."""
+    target = repair.open_target(root)
+    return report.document("scan", [repair.scan(target, list(cts) if cts else None, style, probe=probe)])
+
+
+def pending(*, style: str = "auto", root: str | None = None) -> list[str]:
+    """The containers whose plan changes their config (no probe: the plan is made from the config)."""
+    target = repair.open_target(root)
+    rep = repair.scan(target, None, style, probe=False)
+    return [c.ct for c in rep.containers if c.plan is not None and not c.plan.is_empty]
+
+
+def fix(ct: str, *, style: str = "auto", live: bool = False, restart: bool = True, check: bool = True,
+        root: str | None = None) -> dict:
+    """Plan one container's repair and, unless check, apply it as `lxcfix apply
+    --yes` does (backup, atomic write, restart or --live, verify, roll back on
+    failure). check=True runs nothing but the plan: the result says what would
+    change and the steps it would take. See the module docstring for the fields."""
+    if root is not None and live:
+        raise BadInput("live changes a running container: not with a snapshot (root)")
+    target = repair.open_target(root)
+    restart = restart and target.live
+    rep, c = repair.one(target, ct, style, probe=live)
+    repair.check_editable(c)  # a line nobody can read (LXF130): the admin's to fix first, as the CLI says
+    p = c.plan
+    status = target.backend.status(target.transport, ct) if target.live else None
+    running = status == "running"
+    out = {
+        "ct": c.ct, "host": c.host, "path": c.path, "check": check, "changed": not p.is_empty,
+        "before": p.before, "after": p.after, "diff": p.diff(), "style": p.style, "style_reason": p.style_reason,
+        "status": status, "live": live, "restarted": False, "restart_required": False, "backup_file": None,
+        "verified": False, "step_reached": None, "steps": [],
+        "findings": [f.to_json() for f in report.sort_findings(c.findings)],
+    }
+    if p.is_empty:
+        return out
+    if p.lock:  # what the apply's preflight refuses, said in check mode too
+        raise Refused(f"CT {ct} is locked ({p.lock}): refusing to edit {p.path}; nothing changed")
+    if live and not running:
+        raise Refused(f"CT {ct} is not running: a live change needs a running container; "
+                      "fix it without live (nothing changed)")
+    tx = repair.apply_transaction(target, c, rep.facts, restart=restart, live=live)
+    out["steps"] = tx.describe_steps()
+    out["restarted"] = running and restart and not live
+    out["restart_required"] = running and not restart and not live
+    if check:
+        return out
+    result = tx.run()
+    out["backup_file"] = result.state.get("backup")
+    out["verified"] = result.verified
+    out["step_reached"] = result.reached
+    return out
