@@ -110,12 +110,17 @@ class Proxmox(LiveTools):
         return t.run(["pct", "stop", self.validate(ct)], timeout=120)
 
     def status_argv(self, ct: str) -> list[str]:
-        return ["pct", "status", ct]
+        # What `pct status` asks too, without its Perl start-up (~0.3 s a container on a host):
+        # pve-container runs each container as the LXC container named by its vmid.
+        return ["lxc-info", "-s", "-H", "-n", ct]
 
     def status(self, t: Transport, ct: str) -> str:
+        """running | stopped | ... as lxc-info says; a container never started since boot has
+        no LXC state ("doesn't exist"): stopped; anything else unknown."""
         r = t.run(self.status_argv(self.validate(ct)))
-        m = re.search(r"status:\s*(\w+)", r.stdout)
-        return m.group(1) if r.ok and m else "unknown"
+        if r.ok and re.fullmatch(r"[A-Z]{1,16}", r.stdout.strip()):
+            return r.stdout.strip().lower()
+        return "stopped" if "doesn't exist" in (r.stderr + r.stdout) else "unknown"
 
     def exec(self, t: Transport, ct: str) -> ContainerExec:
         return ContainerExec(inner=t, ct=self.validate(ct), backend="pve")

@@ -60,6 +60,7 @@ import getpass
 import hashlib
 import heapq
 import itertools
+import logging
 import os
 import re
 import select
@@ -85,6 +86,11 @@ DEFAULT_SSH_CONFIG = "~/.ssh/config"
 SYSTEM_KNOWN_HOSTS = ("/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2")
 USER_KNOWN_HOSTS = ("~/.ssh/known_hosts", "~/.ssh/known_hosts2")
 MiB = 1 << 20
+
+# paramiko logs a transport thread's failure ("Exception (client): Error reading SSH protocol
+# banner") at ERROR; with no handler Python's last-resort handler writes it to stderr, a second
+# line beside lxcfix's own report of the same host. The report (LXF301) is what says it.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 
 # ----------------------------------------------------------------- errors
