@@ -29,10 +29,13 @@ host for an empty one.
 The remote side is hostile: run() reads at most max_output bytes of stdout and of
 stderr (past that the channel is closed: rc 125), and gives up at its timeout (rc 124);
 a command's output is complete only once the channel's EOF came, since sshd may send
-the exit status before the last of the output. Every SFTP operation, and the server's
+the exit status before the last of the output. Files are read with one command each
+(`head -c`, 2 round trips, in parallel channels) unless use_sftp: an SFTP read is 5 round
+trips (stat, open, read, read to EOF, close) on one channel whose deadline is channel
+state, so a host's SFTP operations take turns. Every SFTP operation, and the server's
 answer to starting a command, has a deadline (op_timeout; OperationTimedOut after it, and
-a host whose SFTP timed out is not asked over SFTP again), and read() refuses what is not a regular file (a FIFO would block the server) and
-anything over max_read bytes.
+a host whose SFTP timed out is not asked over SFTP again), and read() refuses what is
+not a regular file (a FIFO would block the server) and anything over max_read bytes.
 
 Host keys are checked strictly against known_hosts (system + user files, or
 one explicit file, plus any extra files a host's inventory entry names): an
@@ -538,7 +541,7 @@ class Ssh(_Commands):
 
     def __init__(self, name: str, *, hostname: str | None = None, port: int | None = None,
                  user: str | None = None, key_files: Sequence[str] = (), options: SshOptions = SshOptions(),
-                 proxy_argv: Sequence[str] | None = None, jump: Ssh | None = None, use_sftp: bool = True,
+                 proxy_argv: Sequence[str] | None = None, jump: Ssh | None = None, use_sftp: bool = False,
                  known_hosts_extra: Sequence[str] = (), _depth: int = 0):
         self.name = name
         self.dest = hostname or name
@@ -554,7 +557,7 @@ class Ssh(_Commands):
         # sshd's MaxSessions (default 10) counts the SFTP channel too: at most 9 commands at once
         self._sessions = threading.BoundedSemaphore(max(1, min(options.max_sessions, 9)))
         self._lock = threading.RLock()
-        self._sftp_lock = threading.Lock()
+        self._sftp_lock = threading.Lock()  # use_sftp only: one SFTP channel, its timeout is channel state
         self._client: paramiko.SSHClient | None = None
         self._sftp: paramiko.SFTPClient | None = None
         self._sftp_failed = False  # no SFTP subsystem: files go through commands

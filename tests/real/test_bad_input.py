@@ -352,7 +352,7 @@ def test_bad_input_is_one_line_and_changes_nothing(name, build, code, tmp_path, 
     assert "Traceback" not in err + out and "internal error" not in err + out
     lines = [l for l in err.splitlines() if l.strip() and not l.startswith("style: ")]
     if code == 3 and not lines:  # a fleet scan reports an unreachable host in its output
-        assert "unreachable" in out and len([l for l in out.splitlines() if "unreachable (LXF301)" in l]) == 1
+        assert "unreachable" in out and len([l for l in out.splitlines() if "unreachable" in l and l.endswith("[LXF301]")]) == 1
     else:
         assert len(lines) == 1 and lines[0].startswith("lxcfix: error: "), err
         assert len(lines[0]) < 1200, lines[0]

@@ -394,7 +394,7 @@ def test_container_over_its_own_ssh_proxycommand(tmp_path, keys, ssh_ct):
         assert r == type(r)(0, f"{c.name}-inside\n", "")
         net = t.run(["ls", "/sys/class/net"])
         assert net.ok and net.stdout.split() == ["lo"]
-        assert t.read("/etc/hostname") == f"{c.name}-inside\n".encode()  # SFTP inside the container
+        assert t.read("/etc/hostname") == f"{c.name}-inside\n".encode()  # a file read inside the container
         assert t.listdir("/etc/ssh/lxf")[:1] == ["ssh_host_ed25519_key"]
         results = []
         threads = [threading.Thread(target=lambda: results.append(t.run(["echo", "multiplexed"]).stdout))

@@ -119,7 +119,7 @@ def test_sftp_that_never_answers_fails_within_the_deadline(server, keys, tmp_pat
     stuck.write_text("#!/bin/sh\nexec sleep 120\n")  # accepts the subsystem, never says a word
     stuck.chmod(0o755)
     d, options = server(sftp=str(stuck))
-    with host(d, keys, replace(options, op_timeout=2)) as t:
+    with host(d, keys, replace(options, op_timeout=2), use_sftp=True) as t:
         start = time.monotonic()
         with pytest.raises(ssh.OperationTimedOut) as e:
             t.read("/etc/hostname")
@@ -139,7 +139,7 @@ def test_sftp_reply_deadline_mid_session(server, keys, tmp_path):
     """SFTP answers at first, then a request never gets its reply (the server stopped)."""
     d, options = server()
     (tmp_path / "f").write_text("hello\n")
-    with host(d, keys, replace(options, op_timeout=2)) as t:
+    with host(d, keys, replace(options, op_timeout=2), use_sftp=True) as t:
         assert t.read(str(tmp_path / "f")) == b"hello\n"
         (server_pid,) = [p for p in d.children() if _comm(p) in ("sshd", "sshd-session")][-1:]  # the session's sshd
         os.kill(server_pid, 19)  # SIGSTOP: the connection stays up, nothing answers
