@@ -215,9 +215,14 @@ def _probe_in_one_go(t: Transport, backend, ctxs: dict[str, Context], swept: boo
     running = [ct for ct in ctxs if backend.status(t, ct) == "running"]
     if not running:
         return t, None
-    # The same argv analyze_container's probe will ask for, so the sweep answers it.
-    batch = [backend.exec(t, ct).wrap(probe_argv(probe_paths(ctxs[ct].effective), requests(ctxs[ct])))
-             for ct in running]
+    # The same argv analyze_container's probe will ask for, so the sweep answers it. A container
+    # whose argv cannot be made is left out: its own probe (look_inside) reports why.
+    batch = []
+    for ct in running:
+        try:
+            batch.append(backend.exec(t, ct).wrap(probe_argv(probe_paths(ctxs[ct].effective), requests(ctxs[ct]))))
+        except Exception:
+            continue
     return gather.prefetch(t, sweep.Request(batch=batch, timeout=container_timeout(), cap=container_output_max(),
                                             parallel=probe_parallel()))
 

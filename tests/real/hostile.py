@@ -3,7 +3,7 @@
 The probe runs inside a container with the container's own `sh` and `python3`; a tenant
 who owns the container's root decides what they print. A hostile container here is a
 normal harness container with a script of the test's bind-mounted read-only over
-/usr/bin/python3.11 (what `python3` is) or /usr/bin/dash (what `sh` is), inside that one
+/usr/bin/python3.X (what `python3` is) or /usr/bin/dash (what `sh` is), inside that one
 container only: the host's binaries and every other container are untouched.
 
     script = hostile_script(tmp_path, "python3", "exec cat /dev/zero")
@@ -20,7 +20,9 @@ import resource
 import subprocess
 import sys
 
-PYTHON3 = "usr/bin/python3.11"  # /usr/bin/python3 -> python3.11 on the host, and so inside
+# What `python3` is on the host, and so inside (the harness binds the host's /usr): python3.11
+# on Debian 12, python3.13 on Debian 13. The bind target must exist: /usr is bound read-only.
+PYTHON3 = os.path.realpath("/usr/bin/python3").lstrip("/")
 SH = "usr/bin/dash"  # /bin/sh -> usr/bin/sh -> dash
 MEMORY = 512 * 1024 * 1024  # lxcfix's address space in these tests (the issue saw 3 GiB)
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from . import harness
 from .cli import TUN_MOUNT, codes, lxcfix
-from .hostile import hostile_script, lxcfix_limited, over_python3, over_sh
+from .hostile import PYTHON3, hostile_script, lxcfix_limited, over_python3, over_sh
 
 # What a hostile python3 prints in place of the probe's node lines: a node line with a
 # 5,000-digit major, `group render ²` ("²".isdigit() is True, int("²") raises), a line far
@@ -146,7 +146,7 @@ def test_nothing_of_lxcfixs_environment_enters_a_container(container_factory, pv
     r = lxcfix(plain, "diagnose", "--ct", lxc.name, "--json")
     assert r.returncode == 1, r.stderr
     ct = pve.make_ct(["lxc.mount.entry: /dev/net/tun dev/net/tun none bind,create=file",
-                      f"lxc.mount.entry: {spy} usr/bin/python3.11 none bind,ro,create=file"])
+                      f"lxc.mount.entry: {spy} {PYTHON3} none bind,ro,create=file"])
     r = lxcfix({**env, **pve.env(), CANARY: secret}, "diagnose", "--ct", ct.vmid, "--json")
     assert r.returncode == 1, r.stderr
     for rootfs in (lxc.rootfs, ct.rootfs):
