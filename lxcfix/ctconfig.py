@@ -106,6 +106,15 @@ class CtConfig:
         """The last value of `key` in the main section (what Proxmox reads)."""
         return self._last.get(key)
 
+    def keys(self):
+        """The keys of the main section (each once)."""
+        return self._last.keys()
+
+    @property
+    def has_sections(self) -> bool:
+        """Whether anything follows the main section (snapshots, [pve:pending])."""
+        return len(self._main) < len(self.lines)
+
     def bad_lines(self) -> list[tuple[int, str]]:
         """(1-based line number, text) of main-section lines that do not parse."""
         return [(i + 1, ln.text) for i, ln in self.main() if ln.bad]

@@ -564,7 +564,8 @@ def replay_outcomes(lines, resolve_path=None, shared: int = 0) -> tuple[LxcDevic
         if i < start:
             continue
         verb, value, origin = lines[i]
-        before = tuple((e, dl.emitted(e)) for e in dl.entries)
+        # What a mode line (`a`) empties: only such a line needs the list as it was.
+        before = tuple((e, dl.emitted(e)) for e in dl.entries) if value.lstrip()[:1] == "a" else ()
         status = dl.add(verb == "allow", value.strip(), resolve_path, origin)
         done[i] = (status, dl.touched, before if status == "mode" else ())
     out: list[LineOutcome] = []

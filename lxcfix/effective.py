@@ -260,7 +260,11 @@ def effective(cfg: CtConfig, facts: HostFacts, load: Loader) -> Effective:
     else:
         idmap = tuple((v, line_of.get(o)) for k, v, o in items if k == "lxc.idmap")
     too_deep = tuple(dict.fromkeys(v for k, v, _ in items if k == "lxc.include"))
-    writable = writable_dirs(cfg, items, mounts)
+    # Only a config that bind-mounts something in itself (common.conf's mounts are LXC's), passes
+    # a devN, or allows a path can take a device from a directory the tenant writes.
+    path_rules = any(verb == "allow" and v.lstrip()[:1] == "/" for verb, v, _ in rule_lines[shared:])
+    own_binds = any(m.is_bind and m.index is not None and m.source.startswith("/") for m in mounts)
+    writable = writable_dirs(cfg, items, mounts) if own_binds or devn_t or path_rules else ()
     given, tenant = [], []
     for g in _given(mounts, devn_t, facts, writable):
         (tenant if under(g.path, writable) else given).append(g)

@@ -210,7 +210,12 @@ def with_snippets(t: Transport, facts: HostFacts, configs) -> HostFacts:
     """facts with the files of the snippets/ directories of the storages the configs'
     hookscripts name (any section: a pending hookscript counts at the next start).
     Nothing is read when no config has one; one command over SSH when some do."""
-    wanted = {m.group(1).decode() for cfg in configs for m in _HOOKSCRIPT.finditer(cfg.raw)}
+    wanted = set()
+    for cfg in configs:
+        if cfg.get("hookscript"):
+            wanted.add(cfg.get("hookscript").partition(":")[0])
+        if cfg.has_sections:  # a pending (or snapshot) hookscript counts too
+            wanted |= {m.group(1).decode() for m in _HOOKSCRIPT.finditer(ctconfig.sections_tail(cfg.raw, cfg.flavor))}
     stores = {sid: facts.storages[sid] for sid in sorted(wanted) if sid in facts.storages
               and facts.storages[sid].path is not None and sid not in facts.snippets}
     if not stores:

@@ -503,6 +503,9 @@ class CtReport:
     probe: ProbeResult | None = None  # what the probe saw inside, when it ran
     context: Any = field(default=None, compare=False, repr=False)
     planned: Any = field(default=None, compare=False, repr=False)
+    # causes.group(sort_findings(findings)) when the process that made the report grouped them
+    # (an offline scan's workers do: it is CPU work); None: grouped when shown.
+    causes: Any = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

@@ -62,19 +62,26 @@ def facts_json(host: HostReport) -> dict | None:
     }
 
 
-def findings_json(findings: Iterable[Finding], facts: HostFacts | None = None) -> tuple[list[dict], list[dict]]:
+def findings_json(findings: Iterable[Finding], facts: HostFacts | None = None,
+                  grouped=None) -> tuple[list[dict], list[dict]]:
     """(findings, causes) as JSON: each finding with the id of its cause (lxcfix.causes),
-    so a machine can group them as the human output does."""
+    so a machine can group them as the human output does. grouped: those causes, when
+    they were grouped already (CtReport.causes)."""
     found = sort_findings(findings)
     if not found:
         return [], []
-    grouped = causes.group(found, facts)
+    grouped = grouped if grouped is not None else causes.group(found, facts)
     cause_of = {id(f): c.id for c in grouped for f in c.symptoms}
     return [{**f.to_json(), "cause": cause_of[id(f)]} for f in found], [c.to_json() for c in grouped]
 
 
+def grouped(c: CtReport, facts: HostFacts | None = None) -> list:
+    """The container's findings as causes: CtReport.causes, or grouped now."""
+    return list(c.causes) if c.causes is not None else causes.group(sort_findings(c.findings), facts)
+
+
 def container_json(c: CtReport, with_plan: bool = True, facts: HostFacts | None = None) -> dict:
-    findings, grouped = findings_json(c.findings, facts)
+    findings, grouped = findings_json(c.findings, facts, c.causes)
     return {
         "host": c.host,
         "ct": c.ct,

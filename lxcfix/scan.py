@@ -246,6 +246,8 @@ def workers_for(n: int) -> int:
 
 
 def _analyze_chunk(args) -> list[CtReport]:
+    from .report import grouped
+
     facts, chunk, transport, backend, style = args
     loader = gather.include_loader(transport)
     out = []
@@ -256,7 +258,9 @@ def _analyze_chunk(args) -> list[CtReport]:
         report = analyze_container(facts, loaded, loader, style)
         if report.plan is not None:
             report.plan.diff()  # computed here, in parallel; it travels back with the plan
-        out.append(replace(report, context=None, planned=None))  # the views stay in this process
+        # The views stay in this process; the causes are grouped here, in parallel (pickle keeps
+        # their symptoms the very findings of the report, so ids still match on the other side).
+        out.append(replace(report, context=None, planned=None, causes=tuple(grouped(report, facts))))
     return out
 
 

@@ -173,15 +173,21 @@ def _who(view: NodeView, group: str, gid: int | None) -> str:
 def analyze(ctx, groups: Mapping[str, int] | None = None) -> Access:
     """Every group-access node of an unprivileged container, with its fix. groups: the
     container's gids when the caller knows them (the audit's ct_groups)."""
+    if not ctx.effective.unprivileged:
+        return Access()
+    wanted = []
+    for g in _distinct(ctx.effective.given):
+        inside = "/" + g.target.lstrip("/")
+        group = fixes.group_for(inside) or (fixes.group_for(g.path) if g.via == "devn" else None)
+        if group is not None:
+            wanted.append((g, inside, group))
+    if not wanted:
+        return Access()  # no render, card, kfd, video or serial node: most containers of a fleet
     idmap = container_idmap(ctx)
     if idmap is None:
         return Access()
     found = []
-    for g in _distinct(ctx.effective.given):
-        inside = "/" + g.target.lstrip("/")
-        group = fixes.group_for(inside) or (fixes.group_for(g.path) if g.via == "devn" else None)
-        if group is None:
-            continue
+    for g, inside, group in wanted:
         gid, source = container_gid(ctx, group, groups)
         view, cause = _view(ctx, g, idmap)
         host_node = ctx.facts.nodes.get(g.path) if ctx.facts.nodes_known else None

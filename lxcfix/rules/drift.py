@@ -30,8 +30,9 @@ _FEATURE_DEVICES = {"fuse": "/dev/fuse (features: fuse=1)", "mknod": "mknod insi
 
 
 def check(ctx) -> list:
-    if ctx.config.flavor != "pve":
-        return []
+    cfg = ctx.config
+    if cfg.flavor != "pve" or (cfg.get("hookscript") is None and not cfg.has_sections):
+        return []  # neither a hookscript nor pending changes: most containers
     out = []
     for i, ln in ctx.config.main():
         if ln.key == "hookscript" and ln.value:

@@ -211,6 +211,8 @@ NAME_MAX, PATH_MAX = 255, 4096
 
 def _bad_path(path: str) -> str | None:
     """Why the kernel refuses this path, if it does (a name over 255 bytes, a path over 4096)."""
+    if len(path) * 4 <= NAME_MAX:  # UTF-8 takes at most 4 bytes a character: nothing to refuse
+        return None
     data = path.encode("utf-8", "surrogateescape")
     if len(data) >= PATH_MAX:
         return f"a path of {len(data)} bytes (the kernel takes {PATH_MAX - 1})"
@@ -246,6 +248,8 @@ def unreadable_entries(ctx) -> list:
     """LXF130 for mount entries LXC cannot read or mount (fewer than the four fstab fields,
     a path the kernel refuses) and, in Proxmox configs, devN keys past dev255 (or with a
     leading 0) and devN entries without a path: lxcfix cannot tell which device they mean."""
+    if not any(k == "lxc.mount.entry" or k == "lxc.include" or k[:3] == "dev" for k in ctx.config.keys()):
+        return []  # no mount entry, devN or include line: nothing here can be unreadable
     out = []
     path = ctx.config.path
     for i, ln in ctx.config.main():

@@ -47,10 +47,10 @@ def check(ctx) -> list:
     eff = ctx.effective
     if ctx.facts.cgroup_layout in ("hybrid", "v1"):
         return []  # LXC ignores every cgroup2 line there (LXF300)
-    mine = f"{posixpath.basename(ctx.config.path) or 'config'}:"
     lines = eff.rule_lines
-    if not any(o.startswith(mine) for _, _, o in lines[eff.shared:]):
-        return []  # no rule lines of its own: most containers of a fleet
+    if eff.shared >= len(lines):
+        return []  # no rule lines of its own (`shared` is where they start): most containers of a fleet
+    mine = f"{posixpath.basename(ctx.config.path) or 'config'}:"
 
     def resolve(path: str):
         node = devices.resolve(path, ctx.facts)
