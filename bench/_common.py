@@ -21,6 +21,12 @@ from typing import Callable, Sequence
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLE_HOST = os.path.join(REPO, "examples", "pve-gpu-host")
 
+# An installed lxcfix runs from byte-code (pipx compiles it at install). A machine that sets
+# PYTHONDONTWRITEBYTECODE would time the compiler on every CLI run: the commands timed here get
+# a byte-code cache under bench/out/ (the tree under test is not written to).
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+os.environ.setdefault("PYTHONPYCACHEPREFIX", os.path.join(REPO, "bench", "out", "pycache"))
+
 
 # ---------------------------------------------------------------- timing / output
 

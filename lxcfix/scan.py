@@ -155,7 +155,9 @@ def scan_host(t: Transport, backend: Proxmox | Lxc, cts: list[str] | None = None
             and (c := _context_or_none(facts, ld, loader, style)) is not None}
     notes: list[str] = []
     answered = False  # every probe answered by one sweep: no thread pool needed
-    if enter is not None and enter.route is None and batch:
+    # One container on this machine: its probe and program directly (a sweep would only add
+    # its own python3 start-up); over SSH, or for more, all in one command.
+    if enter is not None and enter.route is None and batch and (swept or not t.local or len(ctxs) > 1):
         view, why = _probe_in_one_go(t, backend, ctxs, swept)
         enter = Enter(view, backend)
         answered = why is None
