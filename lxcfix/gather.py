@@ -216,8 +216,9 @@ def with_snippets(t: Transport, facts: HostFacts, configs) -> HostFacts:
             wanted.add(cfg.get("hookscript").partition(":")[0])
         if cfg.has_sections:  # a pending (or snapshot) hookscript counts too
             wanted |= {m.group(1).decode() for m in _HOOKSCRIPT.finditer(ctconfig.sections_tail(cfg.raw, cfg.flavor))}
+    # Only absolute paths: one starting with "-" would be an option to find.
     stores = {sid: facts.storages[sid] for sid in sorted(wanted) if sid in facts.storages
-              and facts.storages[sid].path is not None and sid not in facts.snippets}
+              and (facts.storages[sid].path or "").startswith("/") and sid not in facts.snippets}
     if not stores:
         return facts
     return replace(facts, snippets={**facts.snippets, **snippet_files(t, stores)})

@@ -19,6 +19,7 @@ never edited: the fixes are `pct` commands (`pct reboot`, `pct set --revert`).
 from __future__ import annotations
 
 import re
+import shlex
 import stat
 
 from .. import ctconfig, devices
@@ -72,11 +73,12 @@ def snippet_problem(ctx, volid: str) -> tuple[str | None, str | None]:
 def snippet_fix(ctx, volid: str, path: str | None, problem: str, index: int | None) -> Fix:
     ours = volid.rpartition("/")[2].startswith("lxcfix")
     if path is not None and "not executable" in problem:
-        return Fix("make the snippet executable", commands=(f"chmod 0755 {path}",))
+        return Fix("make the snippet executable", commands=(f"chmod 0755 {shlex.quote(path)}",))
     drop = f"pct set {ctx.ct} --delete hookscript"
     if ours and path is not None:
+        quoted = shlex.quote(path)
         return Fix("install lxcfix's hook snippet on this host (every node a container may start on)",
-                   commands=(f"lxcfix hook --print-snippet > {path}", f"chmod 0755 {path}",
+                   commands=(f"lxcfix hook --print-snippet > {quoted}", f"chmod 0755 {quoted}",
                              f"{drop}    # or run without the hook"))
     notes = (f"# restore {path} from the host the container came from (a backup or restore does not carry "
              "snippets), or drop the reference:",) if path else ()
