@@ -28,6 +28,27 @@ os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 os.environ.setdefault("PYTHONPYCACHEPREFIX", os.path.join(REPO, "bench", "out", "pycache"))
 
 
+# ---------------------------------------------------------------- a pure cgroup v2 mount
+
+INNER = "LXCFIX_BENCH_INNER"  # set in the re-executed process
+
+
+def reexec_in_cgroup2(script_path: str, on_failure: str = "") -> None:
+    """As tests/run does: re-exec `script_path` (with this process's arguments) in a private
+    mount namespace whose /sys/fs/cgroup is a pure cgroup v2 mount (on a hybrid layout LXC
+    ignores cgroup2 device rules). The machine's own mounts are never touched. Returns in
+    the re-executed process. on_failure: shell run when the mount cannot be made (default:
+    a warning, then the bench runs anyway)."""
+    if os.environ.get(INNER) == "1":
+        return
+    fallback = on_failure or 'echo "bench: no pure cgroup2 mount in the private namespace" >&2; exec "$@"'
+    script = f'if umount -l /sys/fs/cgroup && mount -t cgroup2 none /sys/fs/cgroup; then exec "$@"; fi; {fallback}'
+    argv = ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh",
+            sys.executable, os.path.abspath(script_path), *sys.argv[1:]]
+    sys.stdout.flush()
+    os.execvpe("unshare", argv, dict(os.environ, **{INNER: "1"}))
+
+
 # ---------------------------------------------------------------- timing / output
 
 def lxcfix_argv() -> list[str]:

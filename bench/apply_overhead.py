@@ -43,7 +43,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _common as C  # noqa: E402
 
 TARGET_S = 0.25
-NS_MARK = "LXCFIX_BENCH_IN_NS"
 TUN_MOUNT = "lxc.mount.entry = /dev/net/tun dev/net/tun none bind,create=file 0 0"
 LXC_TOOLS = ("lxc-start", "lxc-stop", "lxc-info", "lxc-attach", "lxc-wait", "bpftool")
 
@@ -68,19 +67,13 @@ def preconditions() -> int | None:
 
     if harness.cgroup_layout() == "v2":
         return None
-    if os.environ.get(NS_MARK) == "1":
+    if os.environ.get(C.INNER) == "1":
         return skip(f"/sys/fs/cgroup is not a pure cgroup v2 mount even in the private namespace "
                     f"(layout: {harness.cgroup_layout()}); LXC would ignore cgroup2 device rules")
     if shutil.which("unshare") is None:
         return skip("needs unshare(1) for a private mount namespace with a pure cgroup v2 mount")
-    # Re-exec inside a private mount namespace with a pure cgroup2 mount (what tests/run does).
-    script = ('if umount -l /sys/fs/cgroup && mount -t cgroup2 none /sys/fs/cgroup; then exec "$@"; fi; '
-              'echo "apply_overhead: skipped: no pure cgroup2 mount in a private namespace" >&2; exit 0')
-    env = dict(os.environ, **{NS_MARK: "1"})
-    argv = ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh",
-            sys.executable, os.path.abspath(__file__), *sys.argv[1:]]
-    sys.stdout.flush()
-    os.execvpe("unshare", argv, env)
+    C.reexec_in_cgroup2(__file__, on_failure='echo "apply_overhead: skipped: no pure cgroup2 mount in a '
+                                             'private namespace" >&2; exit 0')
     return 0  # not reached
 
 
@@ -199,7 +192,7 @@ def main() -> int:
 
     C.header("lxcfix apply overhead benchmark")
     print(f"   in a private mount namespace with a pure cgroup v2 /sys/fs/cgroup: "
-          f"{'re-executed into it' if os.environ.get(NS_MARK) == '1' else 'already'}")
+          f"{'re-executed into it' if os.environ.get(C.INNER) == '1' else 'already'}")
     tmp = tempfile.mkdtemp(prefix="lxcfix-bench-apply-")
     env = dict(os.environ, LXCFIX_STATE_DIR=os.path.join(tmp, "state"), LXCFIX_LOCK_DIR=os.path.join(tmp, "lock"),
                LXCFIX_LXC_PATH=harness.LXCPATH, LXCFIX_PVE_DIR=os.path.join(tmp, "no-pve"), NO_COLOR="1")

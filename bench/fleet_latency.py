@@ -163,20 +163,6 @@ def kill_tree(proc: subprocess.Popen | None, sig=signal.SIGTERM) -> None:
             pass
 
 
-def reexec_in_private_mount_namespace() -> None:
-    """As tests/run does: a private mount namespace whose /sys/fs/cgroup is pure cgroup v2
-    (on this machine's hybrid layout LXC ignores cgroup2 device rules). The machine's mounts
-    are never touched; the sshds started here inherit this namespace."""
-    if os.environ.get("LXCFIX_BENCH_INNER") == "1":
-        return
-    env = dict(os.environ, LXCFIX_BENCH_INNER="1")
-    script = ('umount -l /sys/fs/cgroup && mount -t cgroup2 none /sys/fs/cgroup || '
-              'echo "bench: no pure cgroup2 mount in the private namespace" >&2; exec "$@"')
-    argv = ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh",
-            sys.executable, os.path.abspath(__file__), *sys.argv[1:]]
-    os.execvpe("unshare", argv, env)
-
-
 def hide_root_bashrc(tmp: Path) -> str:
     """Debian's bash sources ~/.bashrc for every command sshd runs; root's runs pyenv init
     here (~0.1 s), which a hypervisor's root does not. An empty file is bind-mounted over it,
@@ -971,7 +957,10 @@ def main() -> int:
     if not (Path(args.lxcfix) / "lxcfix" / "__init__.py").exists():
         print(f"--lxcfix {args.lxcfix}: no lxcfix/ package there", file=sys.stderr)
         return 2
-    reexec_in_private_mount_namespace()
+    sys.path.insert(0, str(BENCH))
+    from _common import reexec_in_cgroup2
+
+    reexec_in_cgroup2(__file__)  # the sshds started here inherit the namespace
     sys.path.insert(0, str(REPO))
     from tests.real import harness  # the bench's own checkout's harness, whatever --lxcfix is
 

@@ -39,18 +39,6 @@ REPO = Path(__file__).resolve().parents[1]
 ANSIBLE_VENV = Path("/tmp/lxcfix-bench-ansible")
 
 
-def reexec_in_cgroup2_namespace() -> None:
-    """As tests/run does: a private mount namespace whose /sys/fs/cgroup is pure cgroup v2."""
-    if os.environ.get("LXCFIX_BENCH_INNER") == "1":
-        return
-    env = dict(os.environ, LXCFIX_BENCH_INNER="1")
-    script = ('umount -l /sys/fs/cgroup && mount -t cgroup2 none /sys/fs/cgroup || '
-              'echo "bench: no pure cgroup2 mount in the private namespace" >&2; exec "$@"')
-    argv = ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh",
-            sys.executable, os.path.abspath(__file__), *sys.argv[1:]]
-    os.execvpe("unshare", argv, env)
-
-
 def lean_root_shell(tmp: Path) -> str:
     """Hide root's ~/.bashrc from the login shells sshd starts, with a bind mount in this
     private mount namespace only (the machine's own mounts and files are untouched).
@@ -136,10 +124,13 @@ def main() -> int:
     if os.geteuid() != 0:
         print("bench/fleet_scan.py needs root (real LXC containers, an sshd)", file=sys.stderr)
         return 2
-    reexec_in_cgroup2_namespace()
+    sys.path.insert(0, str(REPO / "bench"))
+    from _common import reexec_in_cgroup2
+
+    reexec_in_cgroup2(__file__)
     sys.path.insert(0, str(REPO))
 
-    from lxcfix import fleet, ssh
+    from lxcfix import fleet
     from lxcfix.inventory import load_file
     from tests.real import harness
     from tests.real.sshd import Keys, Sshd, write_known_hosts

@@ -107,8 +107,7 @@ def fix(ct: str, *, style: str = "auto", live: bool = False, restart: bool = Tru
         raise BadInput("live changes a running container: not with a snapshot (root)")
     target = repair.open_target(root)
     restart = restart and target.live
-    rep, c = repair.one(target, ct, style, probe=live)
-    repair.check_editable(c)  # a line nobody can read (LXF130): the admin's to fix first, as the CLI says
+    rep, c = repair.one(target, ct, style, probe=live, editable=True)
     p = c.plan
     status = target.backend.status(target.transport, ct) if target.live else None
     running = status == "running"

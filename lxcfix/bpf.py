@@ -60,14 +60,13 @@ Nothing here prints or exits.
 
 from __future__ import annotations
 
-import json
 import posixpath
 import struct
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from .devices import (  # noqa: F401  (LiveAllowlist, LxcDeviceList, describe: this module's vocabulary)
-    ACC_MKNOD, ACC_READ, ACC_WRITE, LiveAllowlist, LxcDeviceList, access_from_mask, describe,
+    ACC_MKNOD, ACC_READ, ACC_WRITE, LiveAllowlist, LxcDeviceList, Mode, access_from_mask, describe,
     mask_from_access, parse_lxc_value,
 )
 from .model import DeviceRule

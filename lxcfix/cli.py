@@ -22,7 +22,7 @@ import typer
 from . import __version__, causes, report, repair
 from .errors import BadInput, ExitCode, LxcfixError
 from .gather import host_facts
-from .model import HostReport
+from .model import CtReport, HostReport
 from .outcome import Applied, Audited, Hooked, Planned, Scanned, Shown
 
 OUTCOMES = (Applied, Audited, Hooked, Planned, Scanned, Shown)
@@ -108,7 +108,7 @@ def clean(text: object) -> str:
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))
 
 
-def say(text: object = "", style: str | None = None, console: Console | None = None) -> None:
+def say(text: object = "", style: str | None = None, console: "_Console | None" = None) -> None:
     (console or out).print(Text(clean(text), style=style))
 
 
@@ -153,10 +153,10 @@ def _print_findings(findings, ct_label: bool = True, evidence: bool = False) -> 
 CAUSE_STYLE = {**SEVERITY_STYLE, "proof": None, "fix": "green", "symptom": "dim", "note": "dim"}
 
 
-def _print_causes(findings, facts, where: str = "", snapshot: bool = False, fold: bool = False,
+def _print_causes(c: CtReport, facts, where: str = "", snapshot: bool = False, fold: bool = False,
                   indent: str = "") -> None:
-    """Findings grouped by cause (lxcfix.causes): the cause, its proof, the fix, then the symptoms."""
-    for cause in causes.group(findings, facts):
+    """A container's findings by cause (lxcfix.causes): the cause, its proof, the fix, then the symptoms."""
+    for cause in report.grouped(c, facts):
         for text, role in causes.lines(cause, where, snapshot, fold):
             if role in SEVERITY_STYLE:  # the cause itself: its severity coloured, the rest bold
                 line = Text(clean(indent))
@@ -347,7 +347,7 @@ def scan(
                 for c in cts if not verbose else ():
                     if c.findings:
                         say(f"CT {c.ct}" + (f" ({c.status})" if c.status else ""), "bold")
-                        _print_causes(c.findings, rep.facts, where, snapshot=root is not None, fold=True,
+                        _print_causes(c, rep.facts, where, snapshot=root is not None, fold=True,
                                       indent="  ")
             pending = [c.ct for c in cts if c.plan is not None and not c.plan.is_empty]
             if pending:
@@ -386,7 +386,7 @@ def diagnose(
         elif verbose:
             _print_findings(c.findings, ct_label=False, evidence=True)
         else:
-            _print_causes(c.findings, rep.facts, _where(root), snapshot=root is not None)
+            _print_causes(c, rep.facts, _where(root), snapshot=root is not None)
             _hint()
     return Scanned([one], "diagnose")
 
@@ -402,8 +402,7 @@ def plan(
 ) -> Planned:
     """Print the fix as a unified diff of the config (nothing when there is nothing to do)."""
     target = repair.open_target(root, host)
-    _, c = repair.one(target, ct, style, asks=_asks(write_subgid, mode_0666))
-    repair.check_editable(c)
+    _, c = repair.one(target, ct, style, asks=_asks(write_subgid, mode_0666), editable=True)
     say(f"style: {c.plan.style} ({c.plan.style_reason})", "dim", err)
     if not c.plan.is_empty:
         _print_diff(c.plan.diff())
@@ -431,8 +430,7 @@ def apply(
         raise BadInput("--root edits a snapshot: add --no-restart (there is no container to restart)")
     if live and (root is not None or no_restart):
         raise BadInput("--live changes a running container in place: not with --root or --no-restart")
-    rep, c = repair.one(target, ct, style, probe=live, asks=_asks(write_subgid, mode_0666))
-    repair.check_editable(c)
+    rep, c = repair.one(target, ct, style, probe=live, asks=_asks(write_subgid, mode_0666), editable=True)
     p = c.plan
     if p.is_empty:
         say(f"CT {ct}: nothing to change")

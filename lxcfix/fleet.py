@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import replace
 
@@ -36,7 +36,7 @@ from . import gather
 from .backends import Lxc, Proxmox, detect
 from .errors import BadInput, LxcfixError
 from .inventory import HostEntry
-from .model import Finding, Result
+from .model import Finding
 from .scan import CtReport, HostReport, one_by_one, scan_host
 from .ssh import HostKeyUnknown, Ssh, SshOptions
 from .transport import Cached, Failing, Local, Transport

@@ -12,7 +12,7 @@ import os
 import posixpath
 import re
 from dataclasses import dataclass, replace
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from . import ctconfig, facts as F
 from .backends import Lxc, Proxmox
@@ -22,6 +22,9 @@ from .errors import FactsFailed
 from .model import LXC_NAME, VMID, DeviceNode, HostFacts, KernelTree, Storage
 from .rules import Context
 from .transport import Transport, env_path
+
+if TYPE_CHECKING:
+    from . import sweep  # loaded only where a sweep is built
 
 
 def fact_text(t: Transport, fact: F.Fact, path: str | None = None) -> str | None:

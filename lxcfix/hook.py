@@ -39,8 +39,9 @@ from .apply import Applier, Host, state_dir
 from .backends import Lxc
 from .errors import ApplyFailed, ExitCode, LxcfixError, RollbackFailed
 from .model import Finding, Plan
-from .plan import STYLES, make_plan
+from .plan import make_plan
 from .render import template_text
+from .styles import STYLES
 from .transaction import Journal, Transaction, Verify, Write, write_atomic
 from .transport import env_path
 

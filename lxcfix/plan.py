@@ -24,7 +24,6 @@ from __future__ import annotations
 from . import ctconfig
 from .model import Finding, Fix, HostFile, HostFacts, Plan
 from .rules import Context, access, allowlist, hygiene, run_rules
-from .styles import STYLES, choose_style, pve_has_devn  # noqa: F401  (the planner's vocabulary)
 
 ALLOW = "lxc.cgroup2.devices.allow"
 MAX_ROUNDS = 4  # phase 0, phase 1, and room for a fix that uncovers another

@@ -39,7 +39,6 @@ from .bounded import excerpt, uint
 from .facts import ID_MAX, MAJOR_MAX, MINOR_MAX
 from .fixes import exact_allow as allow_rule
 from .render import template_text
-from .facts import ID_MAX
 from .model import AccessSeen, AccessTry, Finding, Fix, GroupSeen, NodeOwner, ProbeNode, ProbeResult
 
 PROGRAM_NAME = "lxcfix-probe"

@@ -96,10 +96,12 @@ def scan(target: Target, cts: list[str] | None, style: str = "auto", probe: bool
 
 
 def one(target: Target, ct: str, style: str = "auto", probe: bool = False,
-        facts: HostFacts | None = None, asks=frozenset()) -> tuple[HostReport, CtReport]:
+        facts: HostFacts | None = None, asks=frozenset(), editable: bool = False) -> tuple[HostReport, CtReport]:
     """One container scanned and planned. asks: what the admin asked fixes to do that
     they never do unasked (rules.access.ASKS). A running container whose fixes need a
-    value only it knows (its render group's gid) is probed even when `probe` is off."""
+    value only it knows (its render group's gid) is probed even when `probe` is off.
+    editable: for a change (plan, apply, the API's fix): a config with lines nobody can
+    read is refused (check_editable)."""
     rep = scan(target, [ct], style, probe, facts)
     c = rep.containers[0]
     if not probe and target.live and c.context is not None and needs_inside(c.context) \
@@ -110,6 +112,8 @@ def one(target: Target, ct: str, style: str = "auto", probe: bool = False,
         c = replanned(c, c.context.with_asks(asks), style)
     if c.plan is None:
         raise BadInput(f"CT {ct}: {c.error}")
+    if editable:
+        check_editable(c)
     return rep, c
 
 

@@ -758,12 +758,7 @@ class Ssh(_Commands):
     def close(self) -> None:
         with self._lock:
             self.closed = True
-            if self._sftp is not None:
-                try:
-                    self._sftp.close()
-                except Exception:
-                    pass
-                self._sftp = None
+            self._drop_sftp()
             if self._client is not None:
                 try:
                     self._client.close()
@@ -904,15 +899,18 @@ class Ssh(_Commands):
                 return None
         return self._sftp
 
-    def _stuck(self, what: str):
-        """SFTP did not answer in time: that session may still answer late (out of step), so it is
-        dropped, and the host's SFTP is not tried again: every later operation fails at once."""
+    def _drop_sftp(self) -> None:
         if self._sftp is not None:
             try:
                 self._sftp.close()
             except Exception:
-                pass
+                pass  # closing a session that is gone or stuck: nothing left to do
             self._sftp = None
+
+    def _stuck(self, what: str):
+        """SFTP did not answer in time: that session may still answer late (out of step), so it is
+        dropped, and the host's SFTP is not tried again: every later operation fails at once."""
+        self._drop_sftp()
         self._sftp_stuck = (f"{what}: no answer within {self.options.op_timeout:g}s "
                             "(the SFTP server is stuck)")
         raise OperationTimedOut(self._sftp_stuck)

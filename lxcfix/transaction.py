@@ -31,7 +31,6 @@ import errno
 import fcntl
 import json
 import os
-import stat as st_mod
 import time
 from dataclasses import dataclass, field
 from typing import Callable, ClassVar, Sequence
@@ -39,6 +38,7 @@ from typing import Callable, ClassVar, Sequence
 from . import ctconfig
 from .errors import ApplyFailed, CannotWrite, LxcfixError, Refused, RollbackFailed, StateError
 from .model import Finding
+from .transport import read_regular
 
 KEEP_BACKUPS = 20
 
@@ -56,18 +56,9 @@ def _fsync_dir(path: str) -> None:
 def read_file(path: str) -> bytes | None:
     """A config's bytes now (None when absent); a FIFO or device is refused."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+        return read_regular(path)
     except FileNotFoundError:
         return None
-    try:
-        if not st_mod.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file", path)
-        chunks = []
-        while chunk := os.read(fd, 1 << 20):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
 
 
 def write_atomic(path: str, data: bytes, flavor: str | None = None, expect_digest: str | None = None,
@@ -302,18 +293,9 @@ class Backups:
         """A backup's bytes, read without following a link."""
         dfd = self.state.open_dir(*self.sub, create=False)
         try:
-            fd = os.open(os.path.basename(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dfd)
+            return read_regular(os.path.basename(path), dir_fd=dfd, follow=False)
         finally:
             os.close(dfd)
-        try:
-            if not st_mod.S_ISREG(os.fstat(fd).st_mode):
-                raise OSError(errno.EINVAL, "not a regular file", path)
-            chunks = []
-            while chunk := os.read(fd, 1 << 20):
-                chunks.append(chunk)
-            return b"".join(chunks)
-        finally:
-            os.close(fd)
 
 
 def new_tx_id() -> str:

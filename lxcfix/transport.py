@@ -106,10 +106,13 @@ def check(transport: Transport, argv: Sequence[str], **kw) -> Result:
     return result
 
 
-def read_regular(path: str, limit: int = MAX_READ) -> bytes:
+def read_regular(path: str, limit: int = MAX_READ, dir_fd: int | None = None, follow: bool = True) -> bytes:
     """A local regular file's bytes: opened without blocking (a FIFO must not
-    hang a scan), checked to be a regular file, read up to `limit`."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
+    hang a scan), checked to be a regular file, read up to `limit`. dir_fd and
+    follow=False: a name in an open directory, never through a symlink (lxcfix's
+    own state)."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0) | (0 if follow else os.O_NOFOLLOW)
+    fd = os.open(path, flags, dir_fd=dir_fd)
     try:
         info = os.fstat(fd)
         if not st_mod.S_ISREG(info.st_mode):

@@ -24,41 +24,9 @@ from pathlib import Path
 
 from collection_support import REPO, Playbooks
 
-from . import harness
+from .sshd import _keygen, descendants, free_port
 
 SSHD = "/usr/sbin/sshd"
-SSH_KEYGEN = "/usr/bin/ssh-keygen"
-
-
-def _keygen(path: Path, comment: str) -> Path:
-    if path.exists():
-        path.unlink()
-    harness.sh([SSH_KEYGEN, "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)], check=True)
-    return path
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _descendants(pid: int) -> list[int]:
-    parents: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            parents.setdefault(ppid, []).append(int(entry))
-    out, todo = [], [pid]
-    while todo:
-        for child in parents.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
 
 
 class AnsibleHypervisor:
@@ -78,12 +46,12 @@ class AnsibleHypervisor:
     def start(cls, directory: Path, interpreter_env: dict[str, str]) -> "AnsibleHypervisor":
         directory.mkdir(parents=True, exist_ok=True)
         hv = cls(directory)
-        _keygen(hv.client_key, "lxcfix-test-ansible")
-        _keygen(hv.host_key, "lxcfix-test-ansible-host")
+        _keygen(hv.client_key, comment="lxcfix-test-ansible")
+        _keygen(hv.host_key, comment="lxcfix-test-ansible-host")
         os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # Debian's sshd refuses to start without it
         last = ""
         for _ in range(5):  # a free port can be taken before sshd binds it: another one
-            hv.port = _free_port()
+            hv.port = free_port()
             hv._write_config()
             try:
                 hv._start()
@@ -153,7 +121,7 @@ class AnsibleHypervisor:
     def stop(self) -> None:
         if self.proc is None:
             return
-        victims = _descendants(self.proc.pid) if self.proc.poll() is None else []
+        victims = descendants(self.proc.pid) if self.proc.poll() is None else []
         if self.proc.poll() is None:
             self.proc.terminate()
             try:

@@ -49,6 +49,26 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def descendants(pid: int) -> list[int]:
+    """PIDs of every process below `pid` (from /proc), children before their own children."""
+    parents: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        parents.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
 def closed_port() -> int:
     """A loopback port nothing listens on (connection refused)."""
     return free_port()
@@ -196,24 +216,7 @@ class Sshd:
 
     def children(self) -> list[int]:
         """PIDs of every process below the listener (per-connection sshd and their sessions)."""
-        if self.proc is None:
-            return []
-        parents: dict[int, list[int]] = {}
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            parents.setdefault(int(fields[1]), []).append(int(entry))
-        out, todo = [], [self.proc.pid]
-        while todo:
-            for child in parents.get(todo.pop(), []):
-                out.append(child)
-                todo.append(child)
-        return out
+        return descendants(self.proc.pid) if self.proc is not None else []
 
     def kill(self) -> None:
         """SIGKILL the listener and every process under it, by PID (a host that died)."""
