@@ -92,11 +92,11 @@ def test_local_scan_probes_every_container_in_two_commands(cts, env, monkeypatch
     assert counted.calls["run lxc-attach"] == 0 and counted.calls["run lxc-info"] == 0, counted.calls
 
 
-def test_fleet_scan_is_two_commands_per_host_and_finds_what_a_local_scan_finds(tmp_path, cts, env, monkeypatch):
-    names = [c.name for c in cts]
+def _fleet_scan(tmp_path, names, wrap):
+    """One real host over a real sshd: (its report, the counting transport, a local scan of
+    the same containers command by command). wrap(transport) -> the transport the scan uses."""
     keys = Keys.make(tmp_path / "client")
     d = Sshd.start(tmp_path / "sshd", keys)
-    monkeypatch.setenv("HOME", str(tmp_path))
     try:
         kh = write_known_hosts(tmp_path / "known_hosts", d.known_hosts_line())
         text = "\n".join([
@@ -111,20 +111,59 @@ def test_fleet_scan_is_two_commands_per_host_and_finds_what_a_local_scan_finds(t
                                                     look_for_keys=False))
 
         def counting_connect(entry):
-            t = Counting(connect(entry))
+            t = Counting(wrap(connect(entry)))
             made.append(t)
             return t
 
-        # The remote host's /proc/devices is this machine's: its majors name no nvidia-uvm,
-        # so compare with a local scan that reads the same file.
-        monkeypatch.delenv("LXCFIX_PROC_DEVICES", raising=False)
         (r,) = fleet.scan_fleet(entries, connect=counting_connect, enter=connect.container)
         local = scan_host(Local(), Lxc(), names, probe=True, batch=False)
-        assert r.error is None and r.notes == (), (r.error, r.notes)
-        assert judged(r) == {k: [(c, m.replace("localhost", "hv"), e, dv) for c, m, e, dv in v]
-                             for k, v in judged(local).items()} or judged(r) == judged(local)
         (t,) = made
-        assert t.calls["run"] == 2, t.calls  # the sweep, then every probe
-        assert t.calls["read"] == t.calls["listdir"] == t.calls["isdir"] == 0, t.calls
+        return r, t, local
     finally:
         d.stop()
+
+
+def same_findings(r, local) -> bool:
+    return judged(r) == {k: [(c, m.replace("localhost", "hv"), e, dv) for c, m, e, dv in v]
+                         for k, v in judged(local).items()} or judged(r) == judged(local)
+
+
+def test_fleet_scan_is_two_commands_per_host_and_finds_what_a_local_scan_finds(tmp_path, cts, env, monkeypatch):
+    names = [c.name for c in cts]
+    monkeypatch.setenv("HOME", str(tmp_path))
+    # The remote host's /proc/devices is this machine's: its majors name no nvidia-uvm,
+    # so compare with a local scan that reads the same file.
+    monkeypatch.delenv("LXCFIX_PROC_DEVICES", raising=False)
+    r, t, local = _fleet_scan(tmp_path, names, lambda t: t)
+    assert r.error is None and r.notes == (), (r.error, r.notes)
+    assert same_findings(r, local)
+    assert t.calls["run"] == 2, t.calls  # the sweep, then every probe
+    assert t.calls["read"] == t.calls["listdir"] == t.calls["isdir"] == 0, t.calls
+
+
+class NoPython3:
+    """A host without python3: the shell answers every `python3 ...` with 127."""
+
+    def __init__(self, inner):
+        self.inner, self.name, self.local = inner, inner.name, inner.local
+
+    def run(self, argv, **kw):
+        from lxcfix.model import Result
+
+        if argv[0] == "python3":
+            return Result(127, "", "sh: 1: python3: not found")
+        return self.inner.run(argv, **kw)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def test_a_host_without_python3_is_read_command_by_command_and_says_so(tmp_path, cts, env, monkeypatch):
+    names = [c.name for c in cts]
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("LXCFIX_PROC_DEVICES", raising=False)
+    r, t, local = _fleet_scan(tmp_path, names, NoPython3)
+    assert r.error is None, r.error
+    assert len(r.notes) == 1 and "read command by command" in r.notes[0] and "python3" in r.notes[0], r.notes
+    assert same_findings(r, local)  # slower, not worse: the device program through bpftool
+    assert t.calls["run"] > 2, t.calls
