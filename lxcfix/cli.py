@@ -266,13 +266,15 @@ class FleetRequest:
 
 def _fleet(req: FleetRequest, show_progress: bool) -> list[HostReport]:
     """Scan an inventory over SSH; a progress bar on a terminal (stderr, so stdout stays clean)."""
-    from rich.progress import Progress
-
-    from . import fleet, inventory, ssh
+    from . import inventory
 
     entries = inventory.load_file(req.inventory).select(list(req.hosts))  # bad input first: nothing reached yet
     if not entries:
         raise BadInput(f"{req.inventory}: no host matches {', '.join(req.hosts) or 'the inventory'}")
+    from rich.progress import Progress  # the SSH stack and the progress bar only for an inventory that reads
+
+    from . import fleet, ssh
+
     options = ssh.SshOptions.from_cli(known_hosts=req.known_hosts, accept_new=req.accept_new,
                                       ssh_config=req.ssh_config)
     options.check()  # a missing or garbled --ssh-config is bad input, before any host is tried
