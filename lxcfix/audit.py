@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from . import __version__, causes, devices, fixes
+from . import __version__, causes, codes, devices, fixes
 from .ctconfig import describe_edit
 from .errors import BadInput
 from .model import SEVERITY_ORDER, CtReport, Finding, Fix, HostFacts, HostReport
@@ -365,29 +365,8 @@ class _Ct:
         return self.item(f, "will", f"{f.message}; the {self._event} does not change that", kind="manual")
 
 
-_HANDLERS = {
-    "LXF100": _Ct.broken_now,
-    "LXF101": _Ct.broken_now,
-    "LXF102": _Ct.v1_key,
-    "LXF103": _Ct.pinned,
-    "LXF104": _Ct.overbroad,
-    "LXF111": _Ct.not_optional,
-    "LXF112": _Ct.missing_on_host,
-    "LXF114": _Ct.group_access,
-    "LXF115": _Ct.group_access,
-    "LXF121": _Ct.at_next_start,
-    "LXF140": _Ct.does_nothing,
-    "LXF143": _Ct.does_nothing,
-    "LXF145": _Ct.does_nothing,
-    "LXF146": _Ct.does_nothing,
-    "LXF152": _Ct.at_next_start,
-    "LXF153": _Ct.at_next_start,
-    "LXF154": _Ct.at_next_start,
-    "LXF201": _Ct.eacces,
-    "LXF204": _Ct.group_access,
-    "LXF212": _Ct.driver_mismatch,
-    "LXF300": _Ct.cgroup_layout,
-}
+# How each code is stated: its record's `audit` names the handler (codes.py).
+_HANDLERS = {c.code: getattr(_Ct, c.audit) for c in codes.CODES.values() if c.audit}
 
 
 def _unique(values: Iterable[str]) -> list[str]:

@@ -38,25 +38,20 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from . import devices
+from . import codes, devices
 from .model import SEVERITY_ORDER, Finding, Fix, HostFacts
 
-# What kind of failure a device finding is, for folding a device family.
-DEVICE_KIND = {
-    "LXF100": "cgroup-denies", "LXF101": "cgroup-denies", "LXF200": "cgroup-denies",
-    "LXF110": "not-passed-in", "LXF202": "not-passed-in",
-    "LXF112": "missing-on-host",
-    "LXF201": "no-access", "LXF114": "no-access", "LXF115": "no-access", "LXF204": "no-access",
-}
+# What kind of failure a device finding is, for folding a device family (the codes' records).
+DEVICE_KIND = {c.code: c.kind for c in codes.CODES.values() if c.kind}
 # Findings that fold into the cause of the node they name, whatever its kind.
-NODE_LINKED = frozenset({"LXF100", "LXF101", "LXF110", "LXF112", "LXF200", "LXF202", "LXF203", "LXF210", "LXF211"})
+NODE_LINKED = codes.where(node=True)
 # When two kinds meet (LXF112 on the host, LXF202 inside), the deeper one names the cause.
 KIND_ORDER = ("missing-on-host", "cgroup-denies", "not-passed-in", "no-access")
 # Findings that say what the admin sees (the symptom, not the mechanism).
 PROBE_GPU = frozenset({"LXF210", "LXF211"})
 NVIDIA = frozenset({"nvidia", "nvidia-uvm", "nvidia-caps"})
 # Codes a container (or host) has at most once: their cause id is the code.
-ONCE = frozenset({"LXF120", "LXF121", "LXF131", "LXF300", "LXF301"})
+ONCE = codes.where(once=True)
 
 _NUMS = re.compile(r"\b([cb]) ([0-9]{1,7}):([0-9]{1,7})\b")
 _STALE = re.compile(r"the config allows ([cb] [0-9]{1,7}:(?:[0-9]{1,7}|\*))")
@@ -382,24 +377,24 @@ def _what(ct: str, fs: list[Finding], family: str | None, fallback: str) -> str:
 def _title(kind: str | None, ct: str, fs: list[Finding], nodes: list[_Node | None], family: str | None,
            facts: HostFacts | None) -> str:
     if kind == "cgroup-denies":
-        subjects = _subjects(fs, nodes, facts, {"LXF100", "LXF101", "LXF200"})
-        paths = _paths(fs, ("LXF100", "LXF101", "LXF200"))
+        subjects = _subjects(fs, nodes, facts, codes.where(kind=kind))
+        paths = _paths(fs, codes.where(kind=kind))
         what = _what(ct, fs, family, f"CT {ct} cannot open {_join(paths)}")
         v1 = any(f.code == "LXF102" for f in fs)
         return f"{what}: the cgroup denies {_join(subjects) or _join(paths)}" + \
             ("; its rule is a cgroup v1 key, which LXC ignores on this cgroup v2 host" if v1 else "")
     if kind == "missing-on-host":
-        paths = _paths(fs, ("LXF112",))
+        paths = _paths(fs, codes.where(kind=kind))
         starts = next((f.message.split(": ", 1)[1] for f in fs if f.code == "LXF112" and ": " in f.message), "")
         what = _what(ct, fs, family, f"CT {ct} lacks {_join(paths)}")
         return f"{what}: {_join(paths)} {'does' if len(paths) == 1 else 'do'} not exist on the host" + \
             (f" ({starts})" if starts else "")
     if kind == "not-passed-in":
-        paths = _paths(fs, ("LXF110", "LXF202")) or _paths(fs, DEVICE_KIND)
+        paths = _paths(fs, codes.where(kind=kind)) or _paths(fs, DEVICE_KIND)
         what = _what(ct, fs, family, f"CT {ct} lacks {_join(paths)}")
         return f"{what}: {_join(paths)} {'is' if len(paths) == 1 else 'are'} not passed into the container"
     if kind == "no-access":
-        paths = _paths(fs, ("LXF201", "LXF204", "LXF115", "LXF114"))
+        paths = _paths(fs, codes.where(kind=kind))
         return (f"CT {ct}'s users cannot open {_join(paths)}: EACCES from the node's owner, group or mode "
                 "(not the cgroup)")
     if kind == "driver-mismatch":

@@ -1,4 +1,14 @@
-"""What each finding code means, for `lxcfix explain CODE` (like `ruff rule`). Pure data.
+"""Every finding code as one record: what it means and what lxcfix does with it. Pure data.
+
+A code's record is the one place that says its severity, the rule family that
+emits it, the Finding fields that carry its subject, whether a verified change
+leaves none of it, whether a live apply repairs it, how `causes` folds it,
+what `lxcfix audit` and the Proxmox hook do with it, and its `lxcfix explain`
+text (like ruff's rule registry). Every other table is derived from these
+records (`where`, `must_be_absent`), and `make` builds a Finding with its
+record's severity.
+
+What it means, for `lxcfix explain CODE` (like `ruff rule`):
 
     CODES["LXF210"] == Code(code="LXF210", severity="error", title="probe: cuInit failed ...",
                             meaning="...", knows="...", fixes=(("devn", "..."), ...), false_alarm="...",
@@ -18,6 +28,8 @@ import re
 import textwrap
 from dataclasses import dataclass
 
+from .model import Finding
+
 # Measured on a real NVIDIA H200, driver 580.159.04 (open kernel module), cgroup v2: one device
 # denied at a time by a BPF device program on the process's cgroup
 # (tests/unit/fixtures/ground-truth/nvidia-h200-cgroup-deny.json; test_explain.py checks this copy).
@@ -35,6 +47,10 @@ H200_WHERE = ("Measured on an NVIDIA H200, driver 580.159.04, cgroup v2, one dev
               "the ground truth lxcfix's probe is tested against.")
 
 STYLES = ("devn", "path", "numeric")
+# The audit occasions (`lxcfix audit --for`), for the records' `predicts`.
+ALL = ("reboot", "driver-upgrade", "kernel-upgrade", "lxc-upgrade", "pve-upgrade")
+SEVERITIES = ("error", "warning", "info")
+VERIFY = ("", "always", "fixed")
 
 
 @dataclass(frozen=True)
@@ -47,6 +63,21 @@ class Code:
     fixes: tuple[tuple[str, str], ...]  # (style, or "any", how to fix it by hand)
     false_alarm: str
     table: tuple[tuple[str, ...], ...] = ()  # a measured table shown with `knows`
+    # What lxcfix does with it. Every other table that names codes is derived from these.
+    family: str = ""  # the rules module (or layer: "scan") that emits it
+    subject: tuple[str, ...] = ()  # the Finding fields that say what it is about: device, numbers, rule, line
+    severities: tuple[str, ...] = ()  # the other severities one finding may carry (the emitter says when)
+    verify: str = ""  # "always": a verified change leaves none; "fixed": none on a node whose fix of this kind the plan made
+    live: bool = False  # a live apply (lxc-cgroup, lxc-device) can repair it when the plan's change can be made live
+    kind: str = ""  # the failure kind `causes` folds a device family by: cgroup-denies, not-passed-in, ...
+    node: bool = False  # folds into the cause of the device node it names, whatever its kind
+    once: bool = False  # at most once per container (or host): its cause id is the code
+    hook: str = ""  # the Proxmox pre-start hook: "block" (fail mode refuses the start, heal mode repairs it)
+    audit: str = ""  # how `lxcfix audit` states it (the audit's handler), "" when the audit does not list it
+    predicts: tuple[str, ...] = ()  # the audit occasions for which it says what WILL happen (else "may")
+
+    def allows(self, severity: str) -> bool:
+        return severity == self.severity or severity in self.severities
 
     def to_json(self) -> dict:
         return {"code": self.code, "severity": self.severity, "title": self.title, "meaning": self.meaning,
@@ -101,6 +132,8 @@ CODES: dict[str, Code] = {c.code: c for c in (
         "lxc.hook that calls lxc-cgroup). An unprivileged container is in denylist mode and never gets "
         "LXF100. When the container runs, the probe settles it: no LXF200 for the node means open() "
         "works inside, and this finding is wrong (please report it).",
+        family="allowlist", subject=("device", "numbers", "line"), verify="always", live=True,
+        kind="cgroup-denies", node=True, hook="block", audit="broken_now",
     ),
     Code(
         "LXF101", "error",
@@ -122,6 +155,8 @@ CODES: dict[str, Code] = {c.code: c for c in (
         "The driver is not loaded right now, so its major is missing from /proc/devices and the rule "
         "only looks stale: load the module (for NVIDIA, `nvidia-modprobe -u -c0`) and scan again. A "
         "snapshot's proc/devices taken at another moment than its configs can mislead the same way.",
+        family="allowlist", subject=("device", "numbers", "rule", "line"), verify="always", live=True,
+        kind="cgroup-denies", node=True, hook="block", audit="broken_now",
     ),
     Code(
         "LXF102", "error",
@@ -138,6 +173,7 @@ CODES: dict[str, Code] = {c.code: c for c in (
                  "converts these first, then adds only what is still missing). Restart the container."),),
         "On a hybrid or v1 host the v1 keys are the ones enforced (LXF300), and lxcfix does not report "
         "them there.",
+        family="hygiene", subject=("line",), live=True, audit="v1_key",
     ),
     Code(
         "LXF103", "warning",
@@ -157,6 +193,7 @@ CODES: dict[str, Code] = {c.code: c for c in (
         "Nothing is broken now: it is a warning. If something on the host pins the major itself (a "
         "module option or a unit that recreates the node with a fixed number), the risk is gone; lxcfix "
         "cannot see that.",
+        family="hygiene", subject=("line",), audit="pinned",
     ),
     Code(
         "LXF104", "warning",
@@ -174,6 +211,7 @@ CODES: dict[str, Code] = {c.code: c for c in (
                  "access away, which is the admin's call."),),
         "The container really needs broad device access (nested containers, a device manager inside): "
         "then it is a choice, and the warning can be ignored.",
+        family="hygiene", subject=("line",), audit="overbroad",
     ),
     Code(
         "LXF110", "error",
@@ -189,6 +227,8 @@ CODES: dict[str, Code] = {c.code: c for c in (
          ("numeric", "The same mount entry; the numeric rule you have stays.")),
         "The container makes the node itself with mknod (common.conf allows `c *:* m`, so mknod works "
         "and only open() is policed), or the rule is left over on purpose.",
+        family="allowlist", subject=("device", "line"), verify="always", live=True, kind="not-passed-in",
+        node=True,
     ),
     Code(
         "LXF111", "warning",
@@ -203,6 +243,7 @@ CODES: dict[str, Code] = {c.code: c for c in (
                  "missing: make the node exist at boot (`lxcfix host-fix`)."),),
         "You want the start to fail without the device (no container is better than one without its "
         "GPU): keep the mount as it is.",
+        family="hygiene", subject=("device", "line"), audit="not_optional",
     ),
     Code(
         "LXF112", "error",
@@ -221,6 +262,8 @@ CODES: dict[str, Code] = {c.code: c for c in (
                  "(Before=pve-guests.service). Other devices: load the driver, or fix the path."),),
         "The device is unplugged or removed on purpose. For a snapshot: it was taken while the module "
         "was not loaded.",
+        family="allowlist", subject=("device", "line"), kind="missing-on-host", node=True, hook="block",
+        audit="missing_on_host",
     ),
     Code(
         "LXF113", "warning",
@@ -236,6 +279,7 @@ CODES: dict[str, Code] = {c.code: c for c in (
                  "rule: the path form `/dev/dri/by-path/pci-...-render rwm`, or `c 226:* rwm`. A devN "
                  "entry keeps its path inside, so it cannot rename the node: use the mount."),),
         "A host with one GPU and no simpledrm/efifb framebuffer: the index does not change.",
+        family="foresight", subject=("device", "line"),
     ),
     Code(
         "LXF114", "warning",
@@ -257,6 +301,7 @@ CODES: dict[str, Code] = {c.code: c for c in (
          ("numeric", "The same idmap change; `--mode-0666` (devN `mode=0666`) lets every user in instead.")),
         "The service runs as root inside, or its user is in a group the node's mode lets in by other means "
         "(an ACL inside the container). The probe's open as the member (LXF204/LXF205) settles it.",
+        family="access", subject=("device",), verify="fixed", kind="no-access", audit="group_access",
     ),
     Code(
         "LXF115", "error",
@@ -271,6 +316,7 @@ CODES: dict[str, Code] = {c.code: c for c in (
          ("path", "Pass the host group through with `lxc.idmap` lines and `root:HOSTGID:1` in /etc/subgid."),
          ("numeric", "The same idmap change; or a udev rule on the host that gives the node mode 0666.")),
         "The node's mode lets 'other' in (0666): then anyone inside can open it and lxcfix does not report it.",
+        family="access", subject=("device",), verify="fixed", kind="no-access", audit="group_access",
     ),
     Code(
         "LXF120", "info",
@@ -282,6 +328,7 @@ CODES: dict[str, Code] = {c.code: c for c in (
         (("any", "Wait for the task to finish and run the command again. If the lock is stale (the task "
                  "that set it died), `pct unlock VMID`."),),
         "Informational: nothing is wrong with the devices because of it.",
+        family="host", once=True,
     ),
     Code(
         "LXF121", "warning",
@@ -298,6 +345,7 @@ CODES: dict[str, Code] = {c.code: c for c in (
                  "running program match the (fixed) config."),),
         "A deliberate live change not yet written down; or another tool attached its own device "
         "program to the cgroup (programs are attached with ALLOW_MULTI).",
+        family="live", severities=("error",), verify="always", once=True, audit="at_next_start",
     ),
     Code(
         "LXF130", "error",
@@ -310,6 +358,7 @@ CODES: dict[str, Code] = {c.code: c for c in (
         (("any", "Rewrite the line: `c MAJOR:MINOR rwm` or `/dev/path rwm`; remove what is not a config "
                  "line (Proxmox and LXC refuse to start with it)."),),
         "A newer LXC or Proxmox accepting a syntax lxcfix does not know yet: please report it.",
+        family="hygiene", subject=("line",),
     ),
     Code(
         "LXF131", "error",
@@ -320,6 +369,7 @@ CODES: dict[str, Code] = {c.code: c for c in (
         (("any", "Run lxcfix as root; on Proxmox check that pmxcfs serves /etc/pve "
                  "(`systemctl status pve-cluster`)."),),
         "The container was deleted while the scan ran.",
+        family="scan", once=True,
     ),
     Code(
         "LXF140", "error",
@@ -336,6 +386,7 @@ CODES: dict[str, Code] = {c.code: c for c in (
                  "it off) and allow the rest again. `lxcfix scan` shows the exact lines; it never applies "
                  "them, since they change what the container may open."),),
         "None known: LXC 5.0 and 6.0 build the same program from the same lines.",
+        family="inert", subject=("line",), audit="does_nothing",
     ),
     Code(
         "LXF141", "info",
@@ -345,6 +396,7 @@ CODES: dict[str, Code] = {c.code: c for c in (
         "The same replay as LXF140: the line came to nothing and the device is not allowed.",
         (("any", "Delete the line."),),
         "A line kept on purpose for a later include that allows the device.",
+        family="inert", subject=("line",),
     ),
     Code(
         "LXF142", "info",
@@ -356,6 +408,7 @@ CODES: dict[str, Code] = {c.code: c for c in (
         (("any", "Delete the allow lines, or switch to an allowlist (`lxc.cgroup2.devices.deny = a` "
                  "first, then the allows) if the container should be limited."),),
         "None: LXC compiles only rules of the mode's polarity.",
+        family="inert", subject=("line",),
     ),
     Code(
         "LXF143", "warning",
@@ -365,6 +418,7 @@ CODES: dict[str, Code] = {c.code: c for c in (
         "The replay: the rule was in the list and a later line cleared it.",
         (("any", "Move the rule after the line that clears the list."),),
         "None: LXC applies the lines in order.",
+        family="inert", subject=("line",), audit="does_nothing",
     ),
     Code(
         "LXF144", "info",
@@ -373,6 +427,7 @@ CODES: dict[str, Code] = {c.code: c for c in (
         "The replay: the line equals one already in the list.",
         (("any", "Delete the duplicate."),),
         "None.",
+        family="inert", subject=("line",),
     ),
     Code(
         "LXF145", "warning",
@@ -385,6 +440,7 @@ CODES: dict[str, Code] = {c.code: c for c in (
         (("any", "Make the node exist before the start (load its driver at boot), or use the numeric "
                  "rule of its major when the major is fixed (`lxcfix plan --style numeric`)."),),
         "A node created later by a hook before LXC reads the rule (lxc.hook.pre-start).",
+        family="inert", subject=("line",), audit="does_nothing",
     ),
     Code(
         "LXF146", "error",
@@ -397,6 +453,7 @@ CODES: dict[str, Code] = {c.code: c for c in (
         (("any", "Delete the line; to limit the container, add deny lines for what it must not open, "
                  "or allow lines after it for what it needs."),),
         "A config that re-allows every default device after the line on purpose.",
+        family="inert", subject=("line",), audit="does_nothing",
     ),
     Code(
         "LXF150", "error",
@@ -410,6 +467,7 @@ CODES: dict[str, Code] = {c.code: c for c in (
                  "`memory.max` for `memory.limit_in_bytes`); `lxcfix apply` converts device rules in "
                  "place (LXF102), or use devN entries on Proxmox."),),
         "A host that will stay on LXC 5 or 6 (then it is LXF102: the rule is ignored, not fatal).",
+        family="upgrade", subject=("line",), predicts=("lxc-upgrade",),
     ),
     Code(
         "LXF151", "error",
@@ -420,6 +478,7 @@ CODES: dict[str, Code] = {c.code: c for c in (
         "The container judged as it will be on a cgroup v2 only host.",
         (("any", "Add the cgroup2 rules (or devN entries) the audit shows before the upgrade."),),
         "None on a host that stays hybrid.",
+        family="upgrade", predicts=ALL,
     ),
     Code(
         "LXF152", "error",
@@ -432,6 +491,7 @@ CODES: dict[str, Code] = {c.code: c for c in (
         (("any", "Restore the snippet (and `chmod 0755` it), install it on every node, or drop the "
                  "reference: `pct set VMID --delete hookscript`."),),
         "A shared storage that is not mounted at the moment of the scan but will be at start.",
+        family="drift", subject=("line",), audit="at_next_start",
     ),
     Code(
         "LXF153", "warning",
@@ -443,6 +503,7 @@ CODES: dict[str, Code] = {c.code: c for c in (
         (("any", "Restart the container when it suits (`pct reboot VMID`), or revert the pending change "
                  "(`pct set VMID --revert KEY`)."),),
         "A change the admin made on purpose for the next maintenance window.",
+        family="drift", audit="at_next_start",
     ),
     Code(
         "LXF154", "error",
@@ -453,6 +514,7 @@ CODES: dict[str, Code] = {c.code: c for c in (
         (("any", "Revert the pending change (`pct set VMID --revert KEY`) or make what it names exist "
                  "before the start."),),
         "A node or snippet that will exist by the time of the start (a driver loaded later).",
+        family="drift", audit="at_next_start",
     ),
     Code(
         "LXF155", "warning",
@@ -465,6 +527,7 @@ CODES: dict[str, Code] = {c.code: c for c in (
                  "/dev/serial/by-id/usb-...-if00-port0 dev/ttyUSB0 none bind,optional,create=file` and the "
                  "rule `c 188:* rwm` (a devN entry keeps its host path inside, so it cannot rename it)."),),
         "A host with one USB serial adapter that is never unplugged.",
+        family="foresight", subject=("device", "line"),
     ),
     Code(
         "LXF156", "error",
@@ -478,6 +541,7 @@ CODES: dict[str, Code] = {c.code: c for c in (
         (("any", "Build the module for the target before the reboot (`dkms autoinstall -k VER`, with the "
                  "headers installed; or rerun NVIDIA's installer for it), as the audit's command says."),),
         "A module the target kernel ships in tree (then modules.dep lists it and there is no finding).",
+        family="upgrade", subject=("device",), predicts=ALL,
     ),
     Code(
         "LXF157", "warning",
@@ -487,6 +551,7 @@ CODES: dict[str, Code] = {c.code: c for c in (
         (("any", "Install the kernel (and its headers), let DKMS build, then run the audit again before "
                  "rebooting."),),
         "None: the check needs the kernel's tree.",
+        family="upgrade",
     ),
     Code(
         "LXF160", "error",
@@ -503,6 +568,7 @@ CODES: dict[str, Code] = {c.code: c for c in (
                  "from a path inside the container's own storage."),),
         "A directory the admin knows is read-only to the container (a read-only bind mount of a host "
         "directory the tenant cannot write is already excluded).",
+        family="tenant", subject=("device", "line"),
     ),
     Code(
         "LXF200", "error",
@@ -519,6 +585,8 @@ CODES: dict[str, Code] = {c.code: c for c in (
         "somewhere else (a driver that refuses the open itself, an LSM) and allowing it changes "
         "nothing.",
         table=H200,
+        family="probe", subject=("device", "numbers"), verify="always", live=True, kind="cgroup-denies",
+        node=True,
     ),
     Code(
         "LXF201", "error",
@@ -536,6 +604,8 @@ CODES: dict[str, Code] = {c.code: c for c in (
          ("numeric", "The same idmap; or a udev rule on the host that makes the node 0666.")),
         "The probe opens as the container's root; a service user may reach the node through a group "
         "root inside does not have. Check with the service's own user.",
+        family="probe", subject=("device", "numbers"), severities=("info",), verify="fixed",
+        kind="no-access", audit="eacces",
     ),
     Code(
         "LXF202", "error",
@@ -548,6 +618,7 @@ CODES: dict[str, Code] = {c.code: c for c in (
                  "-c0`, and `lxcfix host-fix` for every boot), then restart the container. A device that "
                  "is not passed in at all is LXF110: add the mount or devN entry."),),
         "Something inside the container removes or remounts /dev after start.",
+        family="probe", subject=("device", "numbers"), verify="always", kind="not-passed-in", node=True,
     ),
     Code(
         "LXF203", "error",
@@ -560,6 +631,7 @@ CODES: dict[str, Code] = {c.code: c for c in (
         (("any", "Make the host node exist before the container starts (`lxcfix host-fix` for NVIDIA), "
                  "pass the host's node in (bind mount or devN) instead of a copy, and restart."),),
         "None known.",
+        family="probe", subject=("device", "numbers"), verify="always", node=True,
     ),
     Code(
         "LXF204", "error",
@@ -575,6 +647,7 @@ CODES: dict[str, Code] = {c.code: c for c in (
          ("numeric", "The same idmap change, or `--mode-0666`.")),
         "The service runs as another user than the group's members the probe found; the check used "
         "the first member.",
+        family="access", subject=("device",), verify="fixed", kind="no-access", audit="group_access",
     ),
     Code(
         "LXF205", "info",
@@ -587,6 +660,7 @@ CODES: dict[str, Code] = {c.code: c for c in (
         (("any", "Nothing to fix when the service runs as a member of the group. Add root to it inside, or "
                  "use `gid=`/`mode=` on a devN entry, if root must open it."),),
         "A service that runs as root inside: then this is LXF201.",
+        family="access", subject=("device",),
     ),
     Code(
         "LXF206", "error",
@@ -601,6 +675,7 @@ CODES: dict[str, Code] = {c.code: c for c in (
                  "/bin/sh`); a probe that is cut short every time may need a larger LXCFIX_PROBE_MAX_OUTPUT "
                  "(many device nodes)."),),
         "A container with very many device nodes whose honest output is larger than the cap.",
+        family="probe", verify="always",
     ),
     Code(
         "LXF210", "error",
@@ -617,6 +692,7 @@ CODES: dict[str, Code] = {c.code: c for c in (
         "The probe runs cuInit as root in a cleared environment; a code lxcfix does not know is shown "
         "as it is, with the nodes' states. If every node opens, the cause is not the cgroup.",
         table=H200,
+        family="probe", subject=("device",), live=True, node=True,
     ),
     Code(
         "LXF211", "error",
@@ -630,6 +706,7 @@ CODES: dict[str, Code] = {c.code: c for c in (
         "nvidia-smi missing or broken inside for reasons of its own (then the message says so and no "
         "node is named).",
         table=H200,
+        family="probe", subject=("device",), live=True, node=True,
     ),
     Code(
         "LXF212", "error",
@@ -646,6 +723,7 @@ CODES: dict[str, Code] = {c.code: c for c in (
         "A deliberately newer libcuda from NVIDIA's forward-compatibility package (cuda-compat) on a "
         "datacenter GPU, or several libcuda versions in the container where the one found is not the "
         "one used.",
+        family="probe", predicts=ALL, audit="driver_mismatch",
     ),
     Code(
         "LXF300", "warning",
@@ -659,6 +737,7 @@ CODES: dict[str, Code] = {c.code: c for c in (
                  "`systemd.unified_cgroup_hierarchy=1`), or write the rules as lxc.cgroup.devices.* on "
                  "that host."),),
         "The config has no cgroup2 device lines that matter on that host.",
+        family="host", once=True, audit="cgroup_layout",
     ),
     Code(
         "LXF301", "error",
@@ -671,8 +750,57 @@ CODES: dict[str, Code] = {c.code: c for c in (
                  "`--accept-new-host-keys` records it (never a changed one). A container: is it running, "
                  "does `lxc-attach -n CT -- true` (or `pct exec`) work?"),),
         "A transient network problem: run the scan again.",
+        family="scan", verify="always", once=True,
     ),
 )}
+
+
+def where(**want) -> frozenset[str]:
+    """The codes whose records have these values: where(live=True), where(hook="block")."""
+    return frozenset(c.code for c in CODES.values() if all(getattr(c, k) == v for k, v in want.items()))
+
+
+def record(code: str) -> Code:
+    try:
+        return CODES[code]
+    except KeyError:
+        raise ValueError(f"no finding code {code!r} (a new code needs its record in lxcfix/codes.py)") from None
+
+
+def make(code: str, ct: str, message: str, *, severity: str | None = None, host: str = "localhost",
+         **kw) -> Finding:
+    """A Finding with its record's severity; `severity` only for one the record allows."""
+    rec = record(code)
+    severity = severity or rec.severity
+    if not rec.allows(severity):
+        raise ValueError(f"{code} is {rec.severity}, not {severity} (its record's severities: "
+                         f"{', '.join((rec.severity, *rec.severities))})")
+    return Finding(code=code, severity=severity, ct=ct, message=message, host=host, **kw)
+
+
+def must_be_absent(f: Finding, fixed: dict[str, set[str]]) -> bool:
+    """Whether a verified change may leave this finding. fixed: kind -> the devices whose
+    fix of that kind the plan made (a group-access fix for /dev/dri/renderD128)."""
+    rec = CODES.get(f.code)
+    if rec is None or not rec.verify:
+        return False
+    return rec.verify == "always" or (f.device is not None and f.device in fixed.get(rec.kind, ()))
+
+
+def fixed_devices(findings) -> dict[str, set[str]]:
+    """kind -> the devices whose findings of that kind carry a fix the plan makes."""
+    out: dict[str, set[str]] = {}
+    for f in findings:
+        rec = CODES.get(f.code)
+        if rec is not None and rec.kind and f.device and f.fix is not None and f.fix.applies:
+            out.setdefault(rec.kind, set()).add(f.device)
+    return out
+
+
+def audit_outcome(code: str, occasion: str) -> str:
+    """"will" or "may": what an audit item predicts for this occasion."""
+    rec = CODES.get(code)
+    return "will" if rec is not None and occasion in rec.predicts else "may"
 
 
 def lookup(code: str) -> Code | None:

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import replace
 
-from . import gather
+from . import codes, gather
 from .backends import Lxc, Proxmox, detect
 from .errors import BadInput, LxcfixError
 from .inventory import HostEntry
@@ -125,8 +125,7 @@ def unreachable(host: str, reason: str, seconds: float = 0.0) -> HostReport:
     """The report of a host that could not be scanned."""
     reason = " ".join(str(reason).split()) or "unreachable"
     return HostReport(host, backend="unknown", facts=None, error=reason, seconds=seconds,
-                      findings=(Finding("LXF301", "error", ct="", message=f"host {host} not scanned: {reason}",
-                                        host=host),))
+                      findings=(codes.make("LXF301", "", f"host {host} not scanned: {reason}", host=host),))
 
 
 def pick_backend(t: Transport, entry: HostEntry) -> Proxmox | Lxc:

@@ -34,7 +34,7 @@ import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from . import ctconfig, fixes, gather, repair
+from . import codes, ctconfig, fixes, gather, repair
 from .apply import Applier, Host, state_dir
 from .backends import Lxc
 from .errors import ApplyFailed, ExitCode, LxcfixError, RollbackFailed
@@ -47,7 +47,7 @@ from .transport import env_path
 
 PHASES = ("pre-start", "post-start", "pre-stop", "post-stop")
 MODES = ("fail", "heal")
-BLOCKING = frozenset({"LXF100", "LXF101", "LXF112"})
+BLOCKING = codes.where(hook="block")  # the codes' records: what must not start
 SNIPPET = "hook/lxcfix-hook.sh"
 MODPROBE = "/usr/bin/nvidia-modprobe"
 
@@ -84,7 +84,7 @@ def decide(vmid: str, phase: str, mode: str, findings: Sequence[Finding] = ()) -
 
 def _what_to_run(vmid: str, blocking: Sequence[Finding]) -> str:
     runs = []
-    if any(f.code in ("LXF100", "LXF101") for f in blocking):
+    if any(f.code in codes.where(kind="cgroup-denies") for f in blocking):  # a config change fixes these
         runs.append(f"lxcfix apply --ct {vmid}")
     for f in blocking:
         if f.code == "LXF112":

@@ -34,6 +34,7 @@ import functools
 import re
 from typing import Iterable, Mapping
 
+from .codes import make
 from .errors import BadInput
 from .bounded import excerpt, uint
 from .facts import ID_MAX, MAJOR_MAX, MINOR_MAX
@@ -287,6 +288,7 @@ def classify(
     host_driver: str | None,
     allowlist: str | None = None,
     host_majors: Mapping[str, int] | None = None,
+    mig: bool | None = None,
 ) -> list[Finding]:
     """Findings LXF200-LXF212 for one container.
 
@@ -294,8 +296,11 @@ def classify(
     allowlist: the running allowlist as text (one rule a line, or comma-separated), for evidence.
     host_majors: driver name -> char major from the host's /proc/devices, for evidence.
     A path the probe did not report (output cut short) gives no finding.
+    mig: whether the host's GPUs have MIG instances (mig_in_use); False makes EACCES on an
+    nvidia-caps node info: those nodes matter only for MIG (on a non-MIG GPU CUDA works
+    without them, measured on an H200), and no cgroup rule cures EACCES anyway.
     """
-    ctx = _Context(ct, host, allowlist, host_majors or {})
+    ctx = _Context(ct, host, allowlist, host_majors or {}, mig)
     findings: list[Finding] = []
     by_path: dict[str, Finding] = {}
     for path, (kind, major, minor) in expected.items():
@@ -314,8 +319,9 @@ def classify(
 
 
 class _Context:
-    def __init__(self, ct: str, host: str, allowlist: str | None, host_majors: Mapping[str, int]):
-        self.ct, self.host = ct, host
+    def __init__(self, ct: str, host: str, allowlist: str | None, host_majors: Mapping[str, int],
+                 mig: bool | None = None):
+        self.ct, self.host, self.mig = ct, host, mig
         self.allowlist = ", ".join(
             part.strip() for part in re.split(r"[,\n]", allowlist or "") if part.strip()
         ) if allowlist is not None else None
@@ -329,10 +335,9 @@ class _Context:
         return cmd if self.host in ("", "localhost") else f"{cmd} --host {self.host}"
 
     def finding(self, code: str, message: str, device: str | None, evidence: Iterable[str],
-                fix: str | None = None, live_fixable: bool | None = None) -> Finding:
-        return Finding(code=code, severity="error", ct=self.ct, message=message, device=device,
-                       evidence=tuple(evidence), fix=Fix(fix) if fix else None, host=self.host,
-                       live_fixable=live_fixable)
+                fix: str | None = None, live_fixable: bool | None = None, severity: str | None = None) -> Finding:
+        return make(code, self.ct, message, severity=severity, device=device, evidence=tuple(evidence),
+                    fix=Fix(fix) if fix else None, host=self.host, live_fixable=live_fixable)
 
     def major_evidence(self, major: int | None) -> list[str]:
         names = self.names.get(major) if major is not None else None
@@ -386,6 +391,17 @@ def _node_finding(ctx: _Context, node: ProbeNode, kind: str, major: int, minor: 
             fix=f"allow {allow_rule(kind, major, minor)} (run: {ctx.plan})",
             live_fixable=True)
     if node.open == "EACCES":
+        if ctx.mig is False and is_caps_node(path):
+            return ctx.finding(
+                "LXF201",
+                f"open {path}: EACCES; it matters only for MIG, and no GPU of this host has MIG instances "
+                "(CUDA and nvidia-smi work without it)",
+                path,
+                ["the nvidia-caps nodes grant MIG configuration and monitoring; on a GPU without MIG "
+                 "instances denying them leaves cuInit at 0 (measured on an H200)",
+                 "the cgroup device policy answers EPERM, not EACCES: no allow rule changes this"],
+                fix="nothing to do unless you enable MIG; then give the node a mode the container can use",
+                severity="info")
         return ctx.finding(
             "LXF201",
             f"open {path}: EACCES (not the cgroup: the node's mode/owner, the idmap or a nodev "
@@ -397,6 +413,29 @@ def _node_finding(ctx: _Context, node: ProbeNode, kind: str, major: int, minor: 
             fix="give the node a mode or group the container can use (devN: ...,gid=N,mode=0660 "
                 "or 0666), or map the host group in with lxc.idmap")
     return None  # ok, or ENXIO/ENODEV/...: the cgroup let it through; see the GPU findings
+
+
+CAPS_DIR = "/dev/nvidia-caps/"
+_MIG_CAP = re.compile(r"/dev/nvidia-caps/nvidia-cap([0-9]{1,7})")
+_MIG_DEVICE = re.compile(r"^\s*MIG [0-9]+g\.")
+
+
+def is_caps_node(path: str) -> bool:
+    return path.startswith(CAPS_DIR)
+
+
+def mig_in_use(probe: ProbeResult | None, host_nodes: Iterable[str]) -> bool:
+    """Whether the GPUs have MIG instances: nvidia-smi -L inside lists MIG devices, or the
+    host has nvidia-caps nodes beyond nvidia-cap1 and nvidia-cap2 (MIG's config and monitor
+    capabilities, which every NVIDIA host with nvidia-caps has; a GPU or compute instance
+    gets a node of its own)."""
+    if probe is not None and any(_MIG_DEVICE.match(line) for line in probe.nvidia_smi_out.splitlines()):
+        return True
+    for path in host_nodes:
+        m = _MIG_CAP.fullmatch(path)
+        if m is not None and m.group(1) not in ("1", "2"):
+            return True
+    return False
 
 
 def _nvidia_nodes(probe: ProbeResult) -> tuple[ProbeNode | None, ProbeNode | None, list[ProbeNode]]:

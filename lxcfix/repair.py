@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 
 from typing import TYPE_CHECKING
 
+from . import codes
 from .backends import Lxc, Proxmox, detect
 from .errors import BadInput
 from .model import ApplyResult, CtReport, Finding, HostFacts, HostReport
@@ -27,9 +28,6 @@ if TYPE_CHECKING:  # what only a change needs is imported by the functions that 
     from .liveplan import LiveOps
     from .transaction import Transaction
 
-# Findings that mean the device the plan was for is still not usable.
-VERIFY_CODES = frozenset({"LXF100", "LXF101", "LXF110", "LXF121", "LXF200", "LXF202", "LXF203", "LXF206", "LXF301"})
-ACCESS_CODES = frozenset({"LXF114", "LXF115", "LXF201", "LXF204"})  # group access (rules.access)
 
 
 @dataclass
@@ -154,8 +152,10 @@ def verifier(target: Target, c: CtReport, extra=None):
 
     planned = c.planned
     absent = {f.device for f in c.findings if f.code == "LXF112"}
-    # Nodes whose group access the plan fixes: a member refused there still (LXF204) fails the verify.
-    access_fixed = {f.device for f in c.findings if f.code in ACCESS_CODES and f.fix is not None and f.fix.applies}
+    # The verify is derived from the codes' records (codes.must_be_absent), whatever a finding's
+    # severity: LXF121 after a live apply (the running program is not the config) fails it.
+    # "fixed" codes fail it on the nodes whose fix of that kind the plan made (group access).
+    fixed = codes.fixed_devices(c.findings)
     path = target.local_path(c.plan.path)
 
     def problems() -> list[Finding]:
@@ -164,10 +164,10 @@ def verifier(target: Target, c: CtReport, extra=None):
             on_disk = read_file(path)
         except OSError as e:
             on_disk = None
-            found.append(Finding("LXF131", "error", c.ct, f"cannot read {c.plan.path} back: {e}", host=c.host))
+            found.append(codes.make("LXF131", c.ct, f"cannot read {c.plan.path} back: {e}", host=c.host))
         if on_disk is not None and on_disk != c.plan.after:
-            found.append(Finding("LXF121", "error", c.ct, f"{c.plan.path} is not the planned config any more "
-                                 "(edited meanwhile)", host=c.host))
+            found.append(codes.make("LXF121", c.ct, f"{c.plan.path} is not the planned config any more "
+                                    "(edited meanwhile)", host=c.host, severity="error"))
         ctx = planned
         # Not running now: it did not run before either (a restart waits until it runs, or fails).
         if target.backend.status(target.transport, c.ct) == "running":
@@ -177,14 +177,13 @@ def verifier(target: Target, c: CtReport, extra=None):
                 probe, live = observe(target.transport, target.backend, c.ct, planned.effective,
                                       access=requests(planned))
             except ProbeFailed as e:
-                return found + [Finding("LXF301", "error", c.ct, f"cannot look inside CT {c.ct}: {e}", host=c.host)]
+                return found + [codes.make("LXF301", c.ct, f"cannot look inside CT {c.ct}: {e}", host=c.host)]
             except Exception as e:  # whatever came out of the container: a failed verify, never a crash
-                return found + [Finding("LXF301", "error", c.ct, f"cannot look inside CT {c.ct}: "
-                                        f"{type(e).__name__}: {e}", host=c.host)]
+                return found + [codes.make("LXF301", c.ct, f"cannot look inside CT {c.ct}: "
+                                           f"{type(e).__name__}: {e}", host=c.host)]
             ctx = replace(planned, probe=probe, live=live)
-        found += [f for f in run_rules(ctx) if (f.code in VERIFY_CODES and f.severity == "error"
-                                                 and f.device not in absent)
-                  or (f.code == "LXF204" and f.device in access_fixed)]
+        found += [f for f in run_rules(ctx) if codes.must_be_absent(f, fixed)
+                  and (f.device is None or f.device not in absent)]
         return found + (extra() if extra is not None else [])
 
     def verify() -> list[Finding]:
@@ -232,8 +231,8 @@ def apply_transaction(target: Target, c: CtReport, facts: HostFacts | None = Non
             now = target.backend.init_pid(target.transport, c.ct)
             if now == pid:
                 return []
-            return [Finding("LXF301", "error", c.ct, f"init PID changed ({pid} -> {now}): the container "
-                            "restarted during a live apply", host=c.host)]
+            return [codes.make("LXF301", c.ct, f"init PID changed ({pid} -> {now}): the container "
+                               "restarted during a live apply", host=c.host)]
 
         return applier(target, c.ct).transaction(c.plan, restart=False, live=ops,
                                                  verify=verifier(target, c, pid_unchanged))

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from . import gather
+from . import codes, gather
 from .backends import Lxc, Proxmox
 from .errors import LxcfixError
 from .model import LXC_NAME, VMID, CtReport, Finding, HostFacts, HostReport, Plan  # noqa: F401  (re-exported)
@@ -46,14 +46,14 @@ def analyze_container(facts: HostFacts, loaded: gather.Loaded, loader, style: st
     a bug in a rule) is that container's report; only a bad --style (the command's
     own input) is raised."""
     if loaded.config is None:
-        f = Finding("LXF131", "error", loaded.ct, f"config cannot be read: {loaded.error}",
+        f = codes.make("LXF131", loaded.ct, f"config cannot be read: {loaded.error}",
                     evidence=(loaded.path,), host=facts.host)
         return CtReport(facts.host, loaded.ct, loaded.path, (f,), error=loaded.error, node=loaded.node)
     if ctx is None:
         try:
             ctx = gather.context(facts, loaded, loader, requested=style)
         except Exception as e:  # a bug in reading one config must not end the host's scan
-            f = Finding("LXF131", "error", loaded.ct, f"config cannot be analysed: {type(e).__name__}: {e}",
+            f = codes.make("LXF131", loaded.ct, f"config cannot be analysed: {type(e).__name__}: {e}",
                         evidence=(loaded.path,), host=facts.host)
             return CtReport(facts.host, loaded.ct, loaded.path, (f,), error=f"internal error reading this "
                             f"container's config: {e!r}", node=loaded.node)
@@ -93,16 +93,16 @@ def look_inside(ctx: Context, enter: Enter, ct: str, host: str) -> tuple[Context
     try:
         status = enter.backend.status(enter.transport, ct)
     except Exception as e:
-        return ctx, None, [Finding("LXF301", "error", ct, f"cannot ask whether CT {ct} runs: {_why(e)}", host=host)]
+        return ctx, None, [codes.make("LXF301", ct, f"cannot ask whether CT {ct} runs: {_why(e)}", host=host)]
     if status != "running":
         return ctx, status, []
     try:
         probe, live = observe(enter.transport, enter.backend, ct, ctx.effective, enter.container(ct),
                               access=requests(ctx))
     except ProbeFailed as e:
-        return ctx, status, [Finding("LXF301", "error", ct, f"cannot look inside CT {ct}: {e}", host=host)]
+        return ctx, status, [codes.make("LXF301", ct, f"cannot look inside CT {ct}: {e}", host=host)]
     except Exception as e:
-        return ctx, status, [Finding("LXF301", "error", ct, f"cannot look inside CT {ct}: {_why(e)}", host=host)]
+        return ctx, status, [codes.make("LXF301", ct, f"cannot look inside CT {ct}: {_why(e)}", host=host)]
     return replace(ctx, probe=probe, live=live), status, []
 
 
@@ -110,8 +110,8 @@ def _why(e: Exception) -> str:
     return str(e) if isinstance(e, LxcfixError) else f"{type(e).__name__}: {e}"
 
 
-# What a live apply repairs when the plan's change can be made live.
-LIVE_FIXABLE = frozenset({"LXF100", "LXF101", "LXF102", "LXF110", "LXF200", "LXF210", "LXF211"})
+# What a live apply repairs when the plan's change can be made live (the codes' records).
+LIVE_FIXABLE = codes.where(live=True)
 
 
 def mark_live_fixable(ctx: Context, planned: Context, findings) -> tuple[Finding, ...]:

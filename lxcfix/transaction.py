@@ -37,7 +37,6 @@ from typing import Callable, ClassVar, Sequence
 
 from . import ctconfig
 from .errors import ApplyFailed, CannotWrite, LxcfixError, Refused, RollbackFailed, StateError
-from .model import Finding
 from .transport import read_regular
 
 KEEP_BACKUPS = 20
@@ -631,7 +630,9 @@ class Status(Step):
 
 @dataclass
 class Verify(Step):
-    """check() -> problems (findings or strings): any error fails the transaction."""
+    """check() -> problems (findings or strings): any problem fails the transaction. The check
+    says what a problem is (repair.verifier: what the codes' records say a verified change
+    leaves none of, whatever its severity)."""
 
     check: Callable[[], list]
     what: str = "verify: probe inside and compare with the planned config"
@@ -645,7 +646,7 @@ class Verify(Step):
         return self.what
 
     def do(self, tx) -> None:
-        problems = [p for p in self.check() if not isinstance(p, Finding) or p.severity == "error"]
+        problems = list(self.check())
         self._result["problems"] = [p if isinstance(p, str) else f"{p.code} {p.message}" for p in problems]
         if problems:
             raise ApplyFailed("verify failed: " + "; ".join(self._result["problems"]))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, replace
 
+from ..codes import make
 from ..ctconfig import CtConfig
 from ..effective import Effective
 from ..model import Finding, HostFacts, ProbeResult
@@ -80,8 +81,9 @@ class Context:
     def with_style(self, requested: str) -> "Context":
         return self if requested == self.requested else replace(self, requested=requested)
 
-    def finding(self, code: str, severity: str, message: str, **kw) -> Finding:
-        return Finding(code=code, severity=severity, ct=self.ct, message=message, host=self.host, **kw)
+    def finding(self, code: str, message: str, **kw) -> Finding:
+        """A finding about this container, with its code's severity (codes.make)."""
+        return make(code, self.ct, message, host=self.host, **kw)
 
 
 from . import access, allowlist, drift, host, hygiene, inert, live, probe, tenant  # noqa: E402

@@ -489,7 +489,7 @@ def _static(ctx, access: Access, n: NodeAccess, tried) -> Finding | None:
     if n.view is None or n.member_can is not False:
         return None
     nobody = n.view.nobody_can()
-    code, severity = ("LXF115", "error") if nobody else ("LXF114", "warning")
+    code = "LXF115" if nobody else "LXF114"
     will = "will be" if n.via == "devn" else "is"
     gid = n.gid if n.gid is not None else "N"
     hint = f" (add gid={gid})" if n.via == "devn" and not nobody else ""
@@ -501,7 +501,7 @@ def _static(ctx, access: Access, n: NodeAccess, tried) -> Finding | None:
     if tried is not None:
         evidence.append(f"the probe could not try it as a {n.group} member: {tried.why or 'unknown'}"
                         + (" (no python3 or setpriv inside)" if tried.why == "no-python3-or-setpriv" else ""))
-    return ctx.finding(code, severity, message, device=n.inside, evidence=tuple(evidence), fix=n.fix,
+    return ctx.finding(code, message, device=n.inside, evidence=tuple(evidence), fix=n.fix,
                        line=n.given.index + 1)
 
 
@@ -519,11 +519,11 @@ def _probed(ctx, access: Access, n: NodeAccess, tried) -> list[Finding]:
             cause = "the node's owner, group or mode keeps the group out"
         evidence = [f"tried for real ({tried.via}): a child process dropped to uid {tried.uid}, gid {tried.gid} "
                     f"and opened {n.inside} read-write: {tried.open}", *_evidence(ctx, access, n)]
-        return [ctx.finding("LXF204", "error", f"{as_}, open {n.inside} gives {tried.open}: {cause}",
+        return [ctx.finding("LXF204", f"{as_}, open {n.inside} gives {tried.open}: {cause}",
                             device=n.inside, evidence=tuple(evidence), fix=n.fix, line=n.given.index + 1)]
     if root_refusal_expected(ctx, n.inside):
         return [ctx.finding(
-            "LXF205", "info",
+            "LXF205",
             f"root inside cannot open {n.inside} (its owner, host root, is not mapped: {n.cause}), but members "
             f"of {n.group} can ({as_}: {tried.open}): services running in the {n.group} group work; root's own "
             "tools do not",

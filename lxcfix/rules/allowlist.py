@@ -240,7 +240,7 @@ def check(ctx) -> list:
         node = g.node
         via = f"devN entry {eff.devn[0].key}" if g.via == "devn" and eff.devn else "a bind mount"
         out.append(ctx.finding(
-            "LXF100", "error",
+            "LXF100",
             f"{g.path} is {_dev(node)} on this host; no cgroup2 rule allows it, so open() inside gives EPERM",
             device=g.path,
             evidence=(f"passed in by {via} ({ctx.config.path}:{g.index + 1})",
@@ -253,7 +253,7 @@ def check(ctx) -> list:
         name = _names(ctx, s.major)
         minor = "*" if rule.minor is None else rule.minor
         out.append(ctx.finding(
-            "LXF101", "error",
+            "LXF101",
             f"{first.path} is {_dev(first.node)} on this host; the config allows "
             f"{rule.kind} {rule.major}:{minor} (stale: the {name} major moved)",
             device=first.path,
@@ -265,7 +265,7 @@ def check(ctx) -> list:
     for u in needs.unpassed:
         paths = ", ".join(n.path for n in u.nodes) or f"{u.profile.name} nodes"
         out.append(ctx.finding(
-            "LXF110", "error",
+            "LXF110",
             f"{u.rule.value} allows {u.profile.name} but no {u.profile.name} node is passed in: {paths} absent inside",
             device=u.nodes[0].path if u.nodes else None,
             evidence=(f"{ctx.config.path}:{u.rule.index + 1}: {u.rule.key}: {u.rule.value}",
@@ -276,7 +276,7 @@ def check(ctx) -> list:
         start = ("the container will not start" if g.via == "devn" or not g.optional
                  else "the container starts without it")
         out.append(ctx.finding(
-            "LXF112", "error", f"{g.path} does not exist on the host: {start}",
+            "LXF112", f"{g.path} does not exist on the host: {start}",
             device=g.path,
             evidence=(f"{ctx.config.path}:{g.index + 1} passes it in",),
             fix=create_node_fix(g.path, g.profile), line=g.index + 1,

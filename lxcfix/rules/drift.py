@@ -92,7 +92,7 @@ def hookscript_finding(ctx, volid: str, index: int):
     if problem is None:
         return None
     return ctx.finding(
-        "LXF152", "error",
+        "LXF152",
         f"hookscript {volid}: {problem}: `pct start` runs the hookscript before the container "
         f"starts and fails (\"hookscript error for {ctx.ct} on pre-start\"), so CT {ctx.ct} cannot start",
         evidence=(f"{ctx.config.path}:{index + 1}: hookscript: {volid}",
@@ -142,11 +142,11 @@ def pending(ctx) -> list:
         effect, fails = _effect(ctx, key, last.get(key, (None, None))[1], values.get(key), key in deletes)
         if effect is None:
             continue
-        code, severity = ("LXF154", "error") if fails else ("LXF153", "warning")
+        code = "LXF154" if fails else "LXF153"
         what = f"{key}: {values[key]}" if key in values else f"delete {key}"
         now = last.get(key, (None, None))[1]
         out.append(ctx.finding(
-            code, severity,
+            code,
             f"pending change `{what}` ([pve:pending], `pct pending {ctx.ct}`) takes effect at the next start: "
             + effect,
             evidence=(f"{ctx.config.path} [pve:pending]: {what}",

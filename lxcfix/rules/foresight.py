@@ -23,6 +23,7 @@ import re
 from dataclasses import dataclass
 
 from .. import fixes
+from ..codes import audit_outcome
 from ..model import DeviceNode, Edit, Finding, Fix
 from . import upgrade
 
@@ -59,14 +60,9 @@ class Occasion:
         return self.reboots
 
 
-# Findings that say what WILL happen (the rest say what may).
-_WILL = frozenset({"LXF212", "LXF151", "LXF156"})
-
-
 def outcome(f: Finding, occasion: Occasion) -> str:
-    if f.code in _WILL or (f.code == "LXF150" and occasion.for_ == "lxc-upgrade"):
-        return "will"
-    return "may"
+    """What the finding says of the occasion: "will" or "may" (its code's record's `predicts`)."""
+    return audit_outcome(f.code, occasion.for_)
 
 
 def check(ctx, occasion: Occasion, findings: tuple[Finding, ...] = ()) -> list[Finding]:
@@ -152,7 +148,7 @@ def dri_numbering(ctx, occasion: Occasion) -> list[Finding]:
                + ". /dev/dri/by-path names the GPU by its PCI address")
         notes = _now(ctx, g, [stable]) if stable else \
             (f"# find the GPU's entry: ls -l /dev/dri/by-path/ (the one -> ../{m.group(1)}{m.group(2)})",)
-        out.append(ctx.finding("LXF113", "warning", why, device=g.path,
+        out.append(ctx.finding("LXF113", why, device=g.path,
                                evidence=(f"{ctx.config.path}:{g.index + 1}",),
                                fix=stable_fix(ctx, g, stable, f"/dev/dri/by-path/pci-<PCI address>-{suffix}",
                                               f"pass {g.path} in by its /dev/dri/by-path name", notes)))
@@ -176,7 +172,7 @@ def serial_names(ctx, occasion: Occasion) -> list[Finding]:
                + ". /dev/serial/by-id names the adapter by its vendor, model and serial number")
         notes = _now(ctx, g, stable) if stable else \
             (f"# find the adapter's name: ls -l /dev/serial/by-id/ (the one -> ../../{g.path.rsplit('/', 1)[1]})",)
-        out.append(ctx.finding("LXF155", "warning", why, device=g.path,
+        out.append(ctx.finding("LXF155", why, device=g.path,
                                evidence=(f"{ctx.config.path}:{g.index + 1}",
                                          *(f"{p} -> {g.path}" for p in stable)),
                                fix=stable_fix(ctx, g, stable[0] if stable else None, "/dev/serial/by-id/<adapter>",
@@ -203,7 +199,7 @@ def uvm_at_boot(ctx, occasion: Occasion, findings) -> list[Finding]:
     if by_path:
         why += (f"; the path-form rule `{by_path[0].value}` is dropped at that start (\"Failed to parse device "
                 "rule\"), so it stays denied even once the node exists, until the container restarts")
-    return [ctx.finding("LXF112", "error", why, device=g.path, fix=Fix(
+    return [ctx.finding("LXF112", why, device=g.path, fix=Fix(
         "create the NVIDIA nodes at boot, before guests start",
         commands=(f"{fixes.HOST_FIX}    # installs {fixes.UNIT}: nvidia-modprobe at boot, before guests start",)))]
 
@@ -240,13 +236,13 @@ def userspace_after_upgrade(ctx, occasion: Occasion, findings) -> list[Finding]:
     if source is not None:
         why = (f"the container takes the host's NVIDIA userspace at every start ({source}): {mismatch}, which "
                "it does at its next start")
-        return [ctx.finding("LXF212", "error", why, fix=Fix(
+        return [ctx.finding("LXF212", why, fix=Fix(
             "restart the container after the upgrade", commands=(_restart(ctx),)))]
     seen = (f"its userspace is {have} (the probe read it; it matches the host's {host} now)" if have else
             "its userspace version is not known (the probe did not run)")
     why = (f"the container runs its own copy of the NVIDIA userspace libraries, which must equal the host's kernel "
            f"module exactly; {seen}: {mismatch}")
-    return [ctx.finding("LXF212", "error", why, evidence=(f"host driver now: {host}",), fix=Fix(
+    return [ctx.finding("LXF212", why, evidence=(f"host driver now: {host}",), fix=Fix(
         f"install the NVIDIA userspace {version} in the container", notes=notes,
         commands=fixes.userspace_commands(ctx.ct, ctx.config.flavor, version)))]
 

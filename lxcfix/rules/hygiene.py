@@ -158,7 +158,7 @@ def check(ctx) -> list:
         where = f"{path}:{r.index + 1}: {r.key}: {r.value}"
         if r.index in ignored:
             out.append(ctx.finding(
-                "LXF102", "error",
+                "LXF102",
                 f"{r.key} is a cgroup v1 key: on this cgroup v2 host LXC ignores it silently" + lxc7_note(ctx),
                 evidence=(where, f"cgroup layout: {ctx.facts.cgroup_layout}",
                           *((f"LXC {ctx.facts.lxc_version} on this host: lxcfix audit --for lxc-upgrade",)
@@ -167,7 +167,7 @@ def check(ctx) -> list:
             ))
         if r.value.strip() and not lxc_accepts(r):
             out.append(ctx.finding(
-                "LXF130", "error", f"LXC rejects the device rule '{excerpt(r.value)}' and skips it: it has no effect",
+                "LXF130", f"LXC rejects the device rule '{excerpt(r.value)}' and skips it: it has no effect",
                 evidence=(excerpt(where, 200), "LXC wants `c MAJOR:MINOR ACCESS` with single spaces, or `/dev/path ACCESS` (allow only)"),
                 fix=Fix("write it as `c MAJOR:MINOR rwm` or `/dev/path rwm`"), line=r.index + 1,
             ))
@@ -176,14 +176,14 @@ def check(ctx) -> list:
         why = devices.is_overbroad(r.rule)
         if why:
             out.append(ctx.finding(
-                "LXF104", "warning", f"{r.key}: {r.value} {why}",
+                "LXF104", f"{r.key}: {r.value} {why}",
                 evidence=(where,),
                 fix=narrow_fix(ctx, r), line=r.index + 1,
             ))
         profile = pinned_dynamic(ctx, r.rule)
         if profile is not None and r.index not in stale_rules and not r.v1:
             out.append(ctx.finding(
-                "LXF103", "warning",
+                "LXF103",
                 f"{r.value} pins the dynamic major of {profile.name}: it breaks when a reboot "
                 "or driver upgrade moves the major",
                 evidence=(where, f"/proc/devices: {r.rule.major} {profile.drivers[0] if profile.drivers else profile.name}"),
@@ -196,7 +196,7 @@ def check(ctx) -> list:
         if g.profile in ALWAYS_PRESENT:
             continue
         out.append(ctx.finding(
-            "LXF111", "warning",
+            "LXF111",
             f"bind mount of {g.path} lacks 'optional': if the node is absent at start "
             "(driver not loaded yet, device unplugged) the container fails to start",
             device=g.path,
@@ -274,7 +274,7 @@ def unreadable_entries(ctx) -> list:
         if why:
             text = ln.text.strip()
             out.append(ctx.finding(
-                "LXF130", "error", f"line {i + 1} of {path or 'the config'} cannot be used: {why}: '{excerpt(text)}'",
+                "LXF130", f"line {i + 1} of {path or 'the config'} cannot be used: {why}: '{excerpt(text)}'",
                 evidence=(f"{path}:{i + 1}",),
                 fix=Fix("fix or remove the line"), line=i + 1,
             ))

@@ -119,8 +119,8 @@ class _Judge:
     def where(self, o) -> str:
         return f"{self.ctx.config.path}:{_index(o.origin) + 1}: {self.text(o)}"
 
-    def finding(self, code, severity, o, message, evidence=(), fix=None):
-        return self.ctx.finding(code, severity, message, evidence=(self.where(o), *evidence), fix=fix,
+    def finding(self, code, o, message, evidence=(), fix=None):
+        return self.ctx.finding(code, message, evidence=(self.where(o), *evidence), fix=fix,
                                 line=_index(o.origin) + 1)
 
     def findings(self) -> list:
@@ -154,12 +154,12 @@ class _Judge:
                "allow line before it (same type, numbers and access, as written)")
         if not allowing:
             return self.finding(
-                "LXF141", "info", o,
+                "LXF141", o,
                 f"{shown} does nothing: {how}; nothing here allows {_dev(d)} anyway, so it stays denied",
                 fix=Fix("remove the line: the default already denies it", (Edit("remove", _index(o.origin)),)))
         by = ", ".join(f"{sr.rule.text(listing=True)} ({sr.origin})" for sr in allowing)
         return self.finding(
-            "LXF140", "error", o,
+            "LXF140", o,
             f"{shown} does nothing: {how}. {_dev(d)} stays allowed by {by}: open() of it inside succeeds",
             evidence=(f"compiled rules that allow it: {by}",),
             fix=self.narrow_fix(o, d, allowing))
@@ -231,7 +231,7 @@ class _Judge:
     def inert_allow(self, i: int, o):
         why = self.mode_origin(i)
         return self.finding(
-            "LXF142", "info", o,
+            "LXF142", o,
             f"{ALLOW}: {o.value.strip()} does nothing: this container's device list is in denylist mode ({why}), "
             "where every device is allowed unless a deny line names it; an allow line counts only when it equals "
             "an earlier deny line",
@@ -276,7 +276,7 @@ class _Judge:
         else:
             fix = Fix("remove it: the mode set after it already does what it says", (Edit("remove", i),), "manual")
         return self.finding(
-            "LXF143", "warning", o,
+            "LXF143", o,
             f"{rule_text} does nothing: {where} (`lxc.cgroup2.devices.{by.verb}: {by.value.strip()}`) comes after "
             f"it; {then}",
             evidence=(f"emptied by {by.origin}",), fix=fix)
@@ -286,7 +286,7 @@ class _Judge:
     def duplicate(self, o):
         first = o.entry.origin or "an earlier line"
         return self.finding(
-            "LXF144", "info", o,
+            "LXF144", o,
             f"lxc.cgroup2.devices.{o.verb}: {o.value.strip()} does nothing: {first} already has the same rule "
             "(LXC keeps one)",
             evidence=(f"same rule at {first}",),
@@ -320,7 +320,7 @@ class _Judge:
                       commands=(" ".join(argv), f"{fixes.HOST_FIX}    # creates it at every boot, before guests start")
                       if argv else (),
                       notes=() if argv else (f"# check the name: ls -l {path}",))
-        return self.finding("LXF145", "warning", o, message, fix=fix)
+        return self.finding("LXF145", o, message, fix=fix)
 
     # ---- LXF146: `deny a` or an empty value drops LXC's default allowlist
 
@@ -341,7 +341,7 @@ class _Judge:
                 return None
             # measured: an empty list at start attaches no device program at all
             return self.finding(
-                "LXF146", "error", o,
+                "LXF146", o,
                 f"{what} at line {_index(o.origin) + 1} {done}, and no device rule is left after it: LXC then "
                 "attaches no device program at all, so every device is allowed inside (the opposite of a deny)",
                 evidence=("device rules compiled: none (no program attached)",), fix=fix)
@@ -357,7 +357,7 @@ class _Judge:
             return None
         shown = ", ".join(lost[:8]) + (f" and {len(lost) - 8} more" if len(lost) > 8 else "")
         return self.finding(
-            "LXF146", "error", o,
+            "LXF146", o,
             f"{what} at line {_index(o.origin) + 1} {done}: the defaults LXC's common.conf allowed are gone, "
             f"so {shown} are denied inside unless allowed again after it",
             evidence=("denied now: " + ", ".join(lost),), fix=fix)

@@ -86,7 +86,7 @@ def check(ctx) -> list:
     if running_only:
         parts.append("running but not in the config: " + ", ".join(running_only))
     return [ctx.finding(
-        "LXF121", "warning",
+        "LXF121",
         "the running device allowlist differs from the config on disk ("
         + (f"edited on {when} without a restart since" if when else "edited without a restart, or changed live")
         + "): " + "; ".join(parts),

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .. import fixes
+from .. import codes, fixes
 from .. import probe as probe_mod
 from ..devices import describe
 from ..model import Finding, Fix
@@ -35,10 +35,14 @@ def host_path(ctx, inside: str) -> str:
     return inside
 
 
+# The probe's findings that the device's config repair fixes (codes' records: a live apply can).
+_REPAIRED = codes.where(family="probe", live=True)
+
+
 def with_fix_data(ctx, f: Finding) -> Finding:
     """The finding with its fix's edits or commands filled in."""
     title = f.fix.title if f.fix is not None else None
-    if f.code == "LXF201" and f.device:
+    if f.code == "LXF201" and f.device and f.severity != "info":
         n = ctx.access.at(f.device)  # the fix the group-access findings about it carry
         if n is not None:
             return replace(f, fix=n.fix._replace(title=title) if title else n.fix)
@@ -48,7 +52,7 @@ def with_fix_data(ctx, f: Finding) -> Finding:
     if f.code == "LXF212" and title and ctx.facts.nvidia_driver:
         commands = fixes.userspace_commands(ctx.ct, ctx.config.flavor, ctx.facts.nvidia_driver.strip())
         return replace(f, fix=Fix(title, commands=commands))
-    if f.device and title and f.code in ("LXF200", "LXF210", "LXF211"):
+    if f.device and title and f.code in _REPAIRED:
         repair = ctx.repairs.for_device(host_path(ctx, f.device), ctx.needs.stale)
         if repair is not None and repair.edits:
             return replace(f, fix=Fix(title, repair.edits, repair.applicability, phase=repair.phase))
@@ -63,7 +67,7 @@ def unusable(ctx) -> list:
     if not problems:
         return []
     return [ctx.finding(
-        "LXF206", "error",
+        "LXF206",
         f"the probe's output from inside CT {ctx.ct} cannot all be used: the container's sh or python3 "
         "printed what lxcfix's probe does not print",
         evidence=tuple(problems) + ("the probe runs with the container's own sh and python3: a tenant "
@@ -82,7 +86,8 @@ def check(ctx) -> list:
         allowlist = describe(r for r in program.rules if r.allow) if program is not None else "(no device program: all devices allowed)"
     majors = {name: ms[0] for name, ms in ctx.facts.char_majors.items() if ms}
     found = probe_mod.classify(ctx.ct, ctx.host, ctx.probe, expected(ctx), ctx.facts.nvidia_driver,
-                               allowlist=allowlist, host_majors=majors)
+                               allowlist=allowlist, host_majors=majors,
+                               mig=probe_mod.mig_in_use(ctx.probe, ctx.facts.nodes))
     # Root refused while the node's group gets in: what an idmap pass-through leaves (rules.access: LXF205).
     found = [f for f in found if not (f.code == "LXF201" and f.device and root_refusal_expected(ctx, f.device))]
     return [with_fix_data(ctx, f) for f in found] + unusable(ctx)

@@ -28,7 +28,7 @@ def check(ctx) -> list:
         now = (f"{g.path} is {g.node.kind} {g.node.major}:{g.node.minor} now (lstat: not followed)"
                if g.node is not None else f"{g.path} is not a device node now (a symlink or a file: not followed)")
         out.append(ctx.finding(
-            "LXF160", "error",
+            "LXF160",
             f"{g.path} is passed in by {how} from {root}, which CT {ctx.ct} can write: its tenant can put any "
             "device there (a symlink to a host device, a node it made); lxcfix allows nothing for it",
             device=g.path,
@@ -42,7 +42,7 @@ def check(ctx) -> list:
         if root is None:
             continue
         out.append(ctx.finding(
-            "LXF160", "error",
+            "LXF160",
             f"{r.key}: {r.value} names a path in {root}, which CT {ctx.ct} can write: LXC stat()s it at every "
             "start, so the tenant chooses which device this rule allows",
             device=r.rule.path,

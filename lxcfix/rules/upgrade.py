@@ -75,7 +75,7 @@ def v1_keys(ctx, occasion) -> list:
             fix = Fix("remove it, or set its cgroup v2 equivalent by hand", (Edit("remove", i),), "manual",
                       notes=(f"# {sub} has no cgroup v2 file of the same meaning: see the kernel's "
                              "cgroup-v2.rst for the v2 controller",))
-        out.append(ctx.finding("LXF150", "error", why, evidence=(where,), fix=fix, line=i + 1))
+        out.append(ctx.finding("LXF150", why, evidence=(where,), fix=fix, line=i + 1))
     return out
 
 
@@ -91,7 +91,7 @@ def cgroup_v2_view(ctx, occasion) -> list:
     then = replace(ctx, facts=replace(ctx.facts, cgroup_layout="v2"))
     found = allowlist.check(then) + [f for f in hygiene.check(then) if f.code == "LXF102"]
     return [ctx.finding(
-        "LXF151", "error",
+        "LXF151",
         f"after the upgrade to Proxmox VE 9 (cgroup v2 only; this host runs {ctx.facts.cgroup_layout} now) LXC "
         f"enforces lxc.cgroup2.devices.* and ignores lxc.cgroup.devices.*: {f.message} ({f.code} then)",
         device=f.device, evidence=f.evidence, fix=f.fix, line=f.line) for f in found]
@@ -240,7 +240,7 @@ def kernel_modules(ctx, occasion) -> list:
                                                              if occasion.for_ == "pve-upgrade" else ""))
             notes, cmds = rebuild_commands(m, target or "<new kernel>", facts)
             out.append(ctx.finding(
-                "LXF157", "warning",
+                "LXF157",
                 f"{', '.join(paths)} need{'s' if len(paths) == 1 else ''} {names} ({source}), built for each "
                 f"kernel; {when}, so whether it will be there cannot be checked: if it is not built for the kernel "
                 f"the {event} boots, {start}",
@@ -258,7 +258,7 @@ def kernel_modules(ctx, occasion) -> list:
         now = [f"{running.modules[x]}" for x in missing if running is not None and x in running.modules]
         now_text = f" (now: {', '.join(now)} in {facts.kernel})" if now else ""
         out.append(ctx.finding(
-            "LXF156", "error",
+            "LXF156",
             f"after the {event} into {target}, {', '.join(paths)} {'is' if len(paths) == 1 else 'are'} gone: "
             f"{names} ({source}) {'is' if len(missing) == 1 else 'are'} not built for {target}{now_text}; {start}",
             device=paths[0],
