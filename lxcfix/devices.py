@@ -237,6 +237,12 @@ CATALOG: tuple[Profile, ...] = (
             groups=((r"/dev/ttyUSB[0-9]+", "dialout"),), sysfs_driver=True),
     Profile("usb-acm", (NodeSpec(r"/dev/ttyACM([0-9]{1,6})", _group()),), static=166,
             groups=((r"/dev/ttyACM[0-9]+", "dialout"),), sysfs_driver=True),
+    # NPUs: the kernel's compute-accelerator class (drivers/accel, ACCEL_MAJOR 261, one minor per
+    # device); Intel's intel_vpu (Core Ultra) and AMD's amdxdna (Ryzen AI), in-tree since 6.3 and
+    # 6.14, amdxdna built out of tree (AMD's xdna-driver) before that. OpenVINO, Ollama.
+    Profile("accel", (NodeSpec(r"/dev/accel/accel([0-9]{1,6})", _group()),), drivers=("accel",), static=261,
+            dirs=("/dev/accel",), defaults=("/dev/accel/accel0",), noun="the NPU",
+            groups=((r"/dev/accel/accel[0-9]+", "render"),), sysfs_driver=True, out_of_tree=("amdxdna",)),
     Profile(
         "usb",
         (NodeSpec(r"/dev/bus/usb/([0-9]{1,6})/([0-9]{1,6})", lambda m: (int(m.group(1)) - 1) * 128 + int(m.group(2)) - 1),),
