@@ -46,7 +46,7 @@ UPGRADE_FACTS = frozenset({"kernel-upgrade", "pve-upgrade"})
 
 # Dynamic majors a driver upgrade can move (the NVIDIA modules are reloaded);
 # a reboot can move any dynamic major.
-NVIDIA_PROFILES = frozenset({"nvidia", "nvidia-uvm", "nvidia-caps"})
+NVIDIA_PROFILES = devices.family("nvidia")  # the profiles of family "nvidia" (devices.CATALOG)
 OUTCOME_ORDER = {"will": 0, "may": 1}
 
 
@@ -287,9 +287,10 @@ class _Ct:
             return None  # an NVIDIA upgrade does not reload this driver
         when = ("the upgrade reloads the NVIDIA modules" if self.for_ == "driver-upgrade"
                 else "the reboot loads the driver again")
+        symptom = profile.deny_symptom if profile is not None else None
         why = (f"{r.rule} pins {name}'s dynamic major {r.rule.major}: the kernel picks the major when the "
                f"module loads; if {when} and it gets another one, the device is denied (EPERM"
-               + ("; CUDA error 999" if name == "nvidia-uvm" else "") + "). Path-form rules are resolved "
+               + (f"; {symptom}" if symptom else "") + "). Path-form rules are resolved "
                "at every start")
         fix = f.fix
         paths = [v.split()[0] for e in (fix.edits if fix else ()) for _, v in e.lines]
@@ -309,9 +310,9 @@ class _Ct:
         g = given_at(self.ctx, f.device or "")
         if self.for_ == "driver-upgrade" and (g is None or g.profile not in NVIDIA_PROFILES):
             return None
-        absent = ("/dev/nvidia-uvm is absent at boot until something runs nvidia-modprobe"
-                  if g is not None and g.profile == "nvidia-uvm" else "a node can be absent at start "
-                  "(driver not loaded yet, device unplugged)")
+        profile = devices.PROFILES.get(g.profile or "") if g is not None else None
+        absent = ((profile.absent_at_boot if profile is not None else None)
+                  or "a node can be absent at start (driver not loaded yet, device unplugged)")
         return self.item(f, "may", f"{absent}; without 'optional' LXC then refuses to start the container")
 
     def missing_on_host(self, f: Finding) -> AuditItem:

@@ -49,7 +49,7 @@ NODE_LINKED = codes.where(node=True)
 KIND_ORDER = ("missing-on-host", "cgroup-denies", "not-passed-in", "no-access")
 # Findings that say what the admin sees (the symptom, not the mechanism).
 PROBE_GPU = frozenset({"LXF210", "LXF211"})
-NVIDIA = frozenset({"nvidia", "nvidia-uvm", "nvidia-caps"})
+NVIDIA = devices.family("nvidia")  # nvidia, nvidia-uvm, nvidia-caps: the catalog profiles of one GPU
 # Codes a container (or host) has at most once: their cause id is the code.
 ONCE = codes.where(once=True)
 
@@ -161,10 +161,8 @@ def _profile(node: _Node | None, f: Finding, facts: HostFacts | None) -> str | N
 
 
 def _family(profile: str | None, f: Finding, node: _Node | None) -> str:
-    if profile in NVIDIA:
-        return "nvidia"
     if profile is not None:
-        return profile
+        return devices.family_of(profile) or profile
     if node is not None:
         return f"{node.kind}{node.major}"
     return f.device or "-"
@@ -369,8 +367,9 @@ def _what(ct: str, fs: list[Finding], family: str | None, fallback: str) -> str:
         return f"CUDA cannot start in CT {ct}"
     if "LXF211" in codes:
         return f"nvidia-smi fails in CT {ct}"
-    if family == "nvidia":
-        return f"CT {ct} cannot use the GPU"
+    noun = devices.noun_of(family)
+    if noun:
+        return f"CT {ct} cannot use {noun}"
     return fallback
 
 

@@ -19,7 +19,7 @@ from typing import List, Optional
 
 import typer
 
-from . import __version__, causes, report, repair
+from . import __version__, causes, devices, report, repair
 from .errors import BadInput, ExitCode, LxcfixError
 from .gather import host_facts
 from .model import CtReport, HostReport
@@ -675,7 +675,7 @@ def facts(
     table.add_row("NVIDIA driver", f.nvidia_driver or "-")
     table.add_row("Proxmox VE", f.pve_version or "-")
     table.add_row("LXC", f.lxc_version or "-")
-    interesting = ("nvidia", "nvidia-frontend", "nvidia-uvm", "nvidia-caps", "drm", "kfd", "misc")
+    interesting = devices.PROC_NAMES  # the catalog profiles' /proc/devices names
     table.add_row("char majors", ", ".join(f"{n} {','.join(map(str, ms))}" for n, ms in sorted(f.char_majors.items())
                                             if n in interesting) or "-")
     table.add_row("device nodes", str(len(f.nodes)) if f.nodes_known else "not read (snapshot without dev/)")

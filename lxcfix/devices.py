@@ -57,10 +57,14 @@ def is_dynamic_major(major: int) -> bool:
 
 @dataclass(frozen=True)
 class NodeSpec:
-    """A node path pattern; minor(match) gives the canonical minor."""
+    """A node path pattern; minor(match) gives the canonical minor. modules: kernel
+    modules this node exists through beyond its profile's; create(match): the
+    nvidia-modprobe arguments that make it now (fixes.modprobe_argv), or None."""
 
     pattern: str
     minor: Callable[[re.Match], int]
+    modules: tuple[str, ...] = ()
+    create: Callable[[re.Match], tuple[str, ...] | None] | None = None
 
     def match(self, path: str) -> re.Match | None:
         return _compiled(self.pattern).fullmatch(path)
@@ -79,9 +83,49 @@ def _group(i: int = 1, offset: int = 0) -> Callable[[re.Match], int]:
     return lambda m: int(m.group(i)) + offset
 
 
+def _args(*args: str) -> Callable[[re.Match], tuple[str, ...]]:
+    return lambda m: args
+
+
+def _nvidia_index(m: re.Match) -> tuple[str, ...] | None:
+    """nvidia-modprobe -c N creates /dev/nvidiaN (N < 255; 255 is nvidiactl)."""
+    index = m.group(1)
+    return (f"-c{index}",) if len(index) <= 3 and int(index) < 255 else None
+
+
 @dataclass(frozen=True)
 class Profile:
-    """A device family. Major: `static`, or looked up by `drivers` in /proc/devices."""
+    """A device family: everything lxcfix knows about it, in one record. The side
+    tables (fixes, rules, gather, facts, audit, causes, cli) read these fields.
+
+    name: the profile's name (findings' `profile`, templates/fix/<name>.<style>.j2
+      when it needs its own template).
+    nodes: the host paths it makes, each with its canonical minor.
+    drivers: its names in /proc/devices (the first one found gives a dynamic major).
+    static: its major when the kernel fixes it; None: dynamic, looked up by `drivers`.
+    dirs: directories mounted whole (create=dir); defaults: the nodes a directory
+      mount usually holds, and the canonical nodes when the host's dev/ was not read.
+    family: the one device several profiles make up (causes: "nvidia" for nvidia,
+      nvidia-uvm, nvidia-caps: one GPU); None: the profile is its own family.
+    noun: what the admin calls the device ("the GPU"): a cause's title says
+      "CT 200 cannot use the GPU".
+    groups: (path regex, group) the host's udev gives its nodes: who inside an
+      unprivileged container may open them (rules.access, LXF114/LXF201).
+    modules: the kernel modules its nodes exist through (rules.upgrade).
+    driver_modules: (sysfs driver, modules) when a driver of its device needs more
+      modules than itself (NVIDIA's card nodes need nvidia_drm).
+    sysfs_driver: /sys/dev/char/M:m/device names the driver (gather.device_drivers).
+    out_of_tree: modules built outside the kernel tree lxcfix knows of, asked about
+      even when /proc/modules cannot be read (facts.KNOWN_OUT_OF_TREE).
+    module_prefix: modules whose name starts with it belong to this profile's driver
+      package (one DKMS package builds them all).
+    dkms: the DKMS package names that build its out-of-tree modules.
+    always_present: the node exists whenever the kernel runs (misc devices):
+      a bind mount without `optional` is no risk (LXF111 is not said).
+    missing_hint: what makes a missing node (LXF112's fix).
+    deny_symptom: what a denied node shows inside ("CUDA error 999"), for audit.
+    absent_at_boot: why the node may be absent at boot, for audit (LXF111).
+    """
 
     name: str
     nodes: tuple[NodeSpec, ...]
@@ -89,10 +133,27 @@ class Profile:
     static: int | None = None
     dirs: tuple[str, ...] = ()  # directories mounted whole (create=dir)
     defaults: tuple[str, ...] = ()  # nodes a directory mount usually holds
+    family: str | None = None
+    noun: str | None = None
+    groups: tuple[tuple[str, str], ...] = ()
+    modules: tuple[str, ...] = ()
+    driver_modules: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    sysfs_driver: bool = False
+    out_of_tree: tuple[str, ...] = ()
+    module_prefix: str | None = None
+    dkms: tuple[str, ...] = ()
+    always_present: bool = False
+    missing_hint: str | None = None
+    deny_symptom: str | None = None
+    absent_at_boot: str | None = None
 
     @property
     def dynamic(self) -> bool:
         return self.static is None
+
+    @property
+    def family_name(self) -> str:
+        return self.family or self.name
 
     def major(self, facts: HostFacts) -> int | None:
         if self.static is not None:
@@ -107,30 +168,47 @@ class Profile:
         """True when one driver owns the whole major, so `c M:* rwm` grants nothing else."""
         return self.static is None or self.static not in SHARED_MAJORS
 
+    def owns_module(self, module: str) -> bool:
+        """Is `module` one of this profile's driver package (its out-of-tree list or prefix)?"""
+        return module in self.out_of_tree or (self.module_prefix is not None and module.startswith(self.module_prefix))
+
+
+_NVIDIA = dict(family="nvidia", noun="the GPU", module_prefix="nvidia", dkms=("nvidia",))
 
 CATALOG: tuple[Profile, ...] = (
     Profile(
         "nvidia",
         (
-            NodeSpec(r"/dev/nvidia([0-9]{1,6})", _group()),
-            NodeSpec(r"/dev/nvidiactl", _fixed(255)),
-            NodeSpec(r"/dev/nvidia-modeset", _fixed(254)),
+            NodeSpec(r"/dev/nvidia([0-9]{1,6})", _group(), create=_nvidia_index),
+            NodeSpec(r"/dev/nvidiactl", _fixed(255), create=_args("-c255")),
+            NodeSpec(r"/dev/nvidia-modeset", _fixed(254), modules=("nvidia_modeset", "nvidia"), create=_args("-m")),
         ),
         drivers=("nvidia", "nvidia-frontend"),
         static=195,
         defaults=("/dev/nvidia0", "/dev/nvidiactl"),
+        modules=("nvidia",),
+        out_of_tree=("nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_drm", "nvidia_peermem"),
+        **_NVIDIA,
     ),
     Profile(
         "nvidia-uvm",
-        (NodeSpec(r"/dev/nvidia-uvm", _fixed(0)), NodeSpec(r"/dev/nvidia-uvm-tools", _fixed(1))),
+        (NodeSpec(r"/dev/nvidia-uvm", _fixed(0), create=_args("-u", "-c0")),
+         NodeSpec(r"/dev/nvidia-uvm-tools", _fixed(1), create=_args("-u", "-c0"))),
         drivers=("nvidia-uvm",),
         defaults=("/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"),
+        modules=("nvidia_uvm", "nvidia"),
+        missing_hint="run `nvidia-modprobe -u -c=0` on the host, and make it run at boot before guests start",
+        deny_symptom="CUDA error 999",
+        absent_at_boot="/dev/nvidia-uvm is absent at boot until something runs nvidia-modprobe",
+        **_NVIDIA,
     ),
     Profile(
         "nvidia-caps",
         (NodeSpec(r"/dev/nvidia-caps/nvidia-cap([0-9]{1,6})", _group()),),
         drivers=("nvidia-caps",),
         dirs=("/dev/nvidia-caps",),
+        modules=("nvidia",),
+        **_NVIDIA,
     ),
     Profile(
         "dri",
@@ -139,15 +217,32 @@ CATALOG: tuple[Profile, ...] = (
         static=226,
         dirs=("/dev/dri",),
         defaults=("/dev/dri/card0", "/dev/dri/renderD128"),
+        # the /dev/dri/by-path names are what the LXF113 fix passes in
+        groups=((r"/dev/dri/renderD[0-9]+", "render"), (r"/dev/dri/by-path/[^/]+-render", "render"),
+                (r"/dev/dri/card[0-9]+", "video"), (r"/dev/dri/by-path/[^/]+-card", "video")),
+        driver_modules=(("nvidia", ("nvidia_drm", "nvidia")),),
+        sysfs_driver=True,
     ),
-    Profile("kfd", (NodeSpec(r"/dev/kfd", _fixed(0)),), drivers=("kfd",), defaults=("/dev/kfd",)),
-    Profile("tun", (NodeSpec(r"/dev/net/tun", _fixed(200)),), static=10, dirs=("/dev/net",),
-            defaults=("/dev/net/tun",)),
-    Profile("fuse", (NodeSpec(r"/dev/fuse", _fixed(229)),), static=10, defaults=("/dev/fuse",)),
-    Profile("kvm", (NodeSpec(r"/dev/kvm", _fixed(232)),), static=10, defaults=("/dev/kvm",)),
-    Profile("apex", (NodeSpec(r"/dev/apex_([0-9]{1,6})", _group()),), static=120, defaults=("/dev/apex_0",)),
-    Profile("usb-serial", (NodeSpec(r"/dev/ttyUSB([0-9]{1,6})", _group()),), static=188),
-    Profile("usb-acm", (NodeSpec(r"/dev/ttyACM([0-9]{1,6})", _group()),), static=166),
+    Profile("kfd", (NodeSpec(r"/dev/kfd", _fixed(0)),), drivers=("kfd",), defaults=("/dev/kfd",),
+            groups=((r"/dev/kfd", "render"),), sysfs_driver=True),
+    Profile("tun", (NodeSpec(r"/dev/net/tun", _fixed(200)),), drivers=("misc",), static=10, dirs=("/dev/net",),
+            defaults=("/dev/net/tun",), always_present=True),
+    Profile("fuse", (NodeSpec(r"/dev/fuse", _fixed(229)),), drivers=("misc",), static=10, defaults=("/dev/fuse",),
+            always_present=True),
+    Profile("kvm", (NodeSpec(r"/dev/kvm", _fixed(232)),), drivers=("misc",), static=10, defaults=("/dev/kvm",),
+            always_present=True),
+    Profile("apex", (NodeSpec(r"/dev/apex_([0-9]{1,6})", _group()),), static=120, defaults=("/dev/apex_0",),
+            modules=("apex", "gasket"), sysfs_driver=True, out_of_tree=("gasket", "apex"), dkms=("gasket", "apex")),
+    Profile("usb-serial", (NodeSpec(r"/dev/ttyUSB([0-9]{1,6})", _group()),), static=188,
+            groups=((r"/dev/ttyUSB[0-9]+", "dialout"),), sysfs_driver=True),
+    Profile("usb-acm", (NodeSpec(r"/dev/ttyACM([0-9]{1,6})", _group()),), static=166,
+            groups=((r"/dev/ttyACM[0-9]+", "dialout"),), sysfs_driver=True),
+    # NPUs: the kernel's compute-accelerator class (drivers/accel, ACCEL_MAJOR 261, one minor per
+    # device); Intel's intel_vpu (Core Ultra) and AMD's amdxdna (Ryzen AI), in-tree since 6.3 and
+    # 6.14, amdxdna built out of tree (AMD's xdna-driver) before that. OpenVINO, Ollama.
+    Profile("accel", (NodeSpec(r"/dev/accel/accel([0-9]{1,6})", _group()),), drivers=("accel",), static=261,
+            dirs=("/dev/accel",), defaults=("/dev/accel/accel0",), noun="the NPU",
+            groups=((r"/dev/accel/accel[0-9]+", "render"),), sysfs_driver=True, out_of_tree=("amdxdna",)),
     Profile(
         "usb",
         (NodeSpec(r"/dev/bus/usb/([0-9]{1,6})/([0-9]{1,6})", lambda m: (int(m.group(1)) - 1) * 128 + int(m.group(2)) - 1),),
@@ -158,6 +253,50 @@ CATALOG: tuple[Profile, ...] = (
 
 PROFILES: Mapping[str, Profile] = {p.name: p for p in CATALOG}
 CATALOG_DIRS = frozenset(d for p in CATALOG for d in p.dirs)
+
+# ---- derived from the profiles: the tables the other modules read
+
+# Nodes with a group but no catalog profile: V4L capture devices (/dev/video*), which
+# lxcfix passes through only as what a config already gives.
+OUTSIDE_CATALOG_GROUPS: tuple[tuple[str, str], ...] = ((r"/dev/video[0-9]+", "video"),)
+# (path regex, group) the host gives nodes (Debian/Proxmox udev rules): fixes.group_for.
+NODE_GROUPS: tuple[tuple[str, str], ...] = tuple(g for p in CATALOG for g in p.groups) + OUTSIDE_CATALOG_GROUPS
+# The /proc/devices names of the catalog (lxcfix facts shows these majors).
+PROC_NAMES: tuple[str, ...] = tuple(dict.fromkeys(d for p in CATALOG for d in p.drivers))
+# Out-of-tree modules lxcfix knows of (facts.KNOWN_OUT_OF_TREE, gather asks for them).
+KNOWN_OUT_OF_TREE: tuple[str, ...] = tuple(dict.fromkeys(m for p in CATALOG for m in p.out_of_tree))
+
+
+def family(name: str) -> frozenset[str]:
+    """The profile names that make up one device family ("nvidia" -> nvidia, nvidia-uvm, nvidia-caps)."""
+    return frozenset(p.name for p in CATALOG if p.family_name == name)
+
+
+def family_of(profile: str | None) -> str | None:
+    """The family a profile (by name) belongs to; None for a name outside the catalog."""
+    p = PROFILES.get(profile or "")
+    return p.family_name if p is not None else None
+
+
+def noun_of(family_name: str | None) -> str | None:
+    """What the admin calls a family's device ("the GPU"), when its profiles say."""
+    return next((p.noun for p in CATALOG if p.family_name == family_name and p.noun), None)
+
+
+def node_spec(path: str) -> tuple[Profile, NodeSpec, re.Match] | None:
+    """The catalog entry that names `path`: (profile, node spec, the match)."""
+    for profile in CATALOG:
+        for spec in profile.nodes:
+            m = spec.match(path)
+            if m:
+                return profile, spec, m
+    return None
+
+
+def module_profile(module: str) -> Profile | None:
+    """The profile whose driver package builds `module` (nvidia_uvm -> nvidia)."""
+    return next((p for p in CATALOG if p.owns_module(module)), None)
+
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from .bounded import excerpt, uint
-from .devices import parse_proc_devices
+from .devices import KNOWN_OUT_OF_TREE, parse_proc_devices
 from .model import ConfigWrite, DeviceNode, DkmsModule, LoadedModule, Storage
 
 MAJOR_MAX = (1 << 12) - 1  # Linux dev_t: 12-bit major, 20-bit minor
@@ -247,8 +247,8 @@ _KERNEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+~-]{0,63}")
 _MODULE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 # Device drivers built outside the kernel tree that lxcfix knows of (asked about even when
-# /proc/modules cannot be read): NVIDIA's, and Coral's gasket/apex.
-KNOWN_OUT_OF_TREE = ("nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_drm", "nvidia_peermem", "gasket", "apex")
+# /proc/modules cannot be read): the catalog profiles' `out_of_tree` (NVIDIA's, Coral's gasket/apex).
+KNOWN_OUT_OF_TREE = KNOWN_OUT_OF_TREE
 
 
 def module_name(text: str) -> str:

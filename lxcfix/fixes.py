@@ -118,17 +118,12 @@ def devn_value(path: str, options: Sequence[tuple[str, str]]) -> str:
 def modprobe_argv(device: str, modprobe: str = MODPROBE) -> list[str] | None:
     """The nvidia-modprobe call that creates this node now (nvidia-modprobe(1):
     -c N creates /dev/nvidiaN, N=255 /dev/nvidiactl; -u -c0 nvidia-uvm and
-    nvidia-uvm-tools; -m nvidia-modeset), or None."""
-    if device in ("/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"):
-        return [modprobe, "-u", "-c0"]
-    m = re.fullmatch(r"/dev/nvidia([0-9]{1,3})", device)
-    if m and int(m.group(1)) < 255:
-        return [modprobe, f"-c{m.group(1)}"]
-    if device == "/dev/nvidiactl":
-        return [modprobe, "-c255"]
-    if device == "/dev/nvidia-modeset":
-        return [modprobe, "-m"]
-    return None
+    nvidia-uvm-tools; -m nvidia-modeset), or None: the catalog's NodeSpec.create."""
+    hit = devices.node_spec(device)
+    if hit is None or hit[1].create is None:
+        return None
+    args = hit[1].create(hit[2])
+    return [modprobe, *args] if args is not None else None
 
 
 def userspace_commands(ct: str, flavor: str, version: str) -> tuple[str, ...]:
@@ -147,12 +142,8 @@ def exec_prefix(ct: str, flavor: str) -> str:
 
 # ---- group access inside unprivileged containers (LXF201)
 
-# Groups the host gives these nodes (Debian/Proxmox udev rules), by node name; the
-# /dev/dri/by-path names are what the LXF113 fix passes in.
-NODE_GROUPS = ((r"/dev/dri/renderD[0-9]+", "render"), (r"/dev/dri/by-path/[^/]+-render", "render"),
-               (r"/dev/dri/card[0-9]+", "video"), (r"/dev/dri/by-path/[^/]+-card", "video"),
-               (r"/dev/kfd", "render"), (r"/dev/video[0-9]+", "video"),
-               (r"/dev/tty(USB|ACM)[0-9]+", "dialout"))
+# Groups the host gives these nodes (Debian/Proxmox udev rules): the profiles' `groups`.
+NODE_GROUPS = devices.NODE_GROUPS
 
 
 def group_for(path: str) -> str | None:

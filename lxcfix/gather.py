@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable
 
-from . import ctconfig, facts as F
+from . import ctconfig, devices, facts as F
 from .backends import Lxc, Proxmox
 from .ctconfig import CtConfig
 from .effective import effective
@@ -181,7 +181,7 @@ def _walk_modules(t: Transport, top: str) -> dict[str, str]:
 
 
 # The catalog profiles whose nodes sit on a device with a driver (sysfs: /sys/dev/char/M:m/device).
-_DRIVER_PROFILES = frozenset({"dri", "apex", "usb-serial", "usb-acm", "kfd"})
+_DRIVER_PROFILES = frozenset(p.name for p in devices.CATALOG if p.sysfs_driver)
 
 
 def device_drivers(t: Transport, nodes) -> dict[str, str]:

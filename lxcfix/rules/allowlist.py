@@ -286,8 +286,8 @@ def check(ctx) -> list:
 
 def create_node_fix(path: str, profile: str | None) -> Fix:
     """LXF112: a node missing on the host is made by its driver, not by a config edit."""
-    hint = ("run `nvidia-modprobe -u -c=0` on the host, and make it run at boot before guests start"
-            if profile == "nvidia-uvm" else "load its driver or fix the path")
+    known = devices.PROFILES.get(profile or "")
+    hint = (known.missing_hint if known is not None else None) or "load its driver or fix the path"
     argv = fixes.modprobe_argv(path)
     if argv is None:
         return Fix(hint)

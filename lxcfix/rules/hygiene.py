@@ -20,7 +20,7 @@ from ..devices import parse_lxc_value
 from ..model import DeviceNode, Edit, Fix
 
 # Nodes that exist whenever the host is up: a mount of them cannot fail at start.
-ALWAYS_PRESENT = frozenset({"tun", "fuse", "kvm"})
+ALWAYS_PRESENT = frozenset(p.name for p in devices.CATALOG if p.always_present)  # misc nodes: tun, fuse, kvm
 
 
 def v1_on_v2(ctx) -> bool:

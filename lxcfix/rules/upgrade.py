@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
+from .. import devices
 from ..facts import module_name
 from ..model import Edit, Fix
 
@@ -117,21 +118,23 @@ def kernel_target(facts, asked: str | None) -> tuple[str | None, str]:
     return newest, "the newest installed kernel that is not the running one"
 
 
-# Modules a catalog device needs, beyond the driver sysfs names for it.
-PROFILE_MODULES = {"nvidia": ("nvidia",), "nvidia-uvm": ("nvidia_uvm", "nvidia"), "nvidia-caps": ("nvidia",),
-                   "apex": ("apex", "gasket")}
+# Modules a catalog device needs, beyond the driver sysfs names for it: the profiles' `modules`.
+PROFILE_MODULES = {p.name: p.modules for p in devices.CATALOG if p.modules}
 
 
 def needed_modules(g, facts) -> list[str]:
     """The kernel modules the node `g` exists through (its driver and what that needs)."""
     names: list[str] = []
-    if g.path == "/dev/nvidia-modeset":
-        names += ["nvidia_modeset", "nvidia"]
+    spec = devices.node_spec(g.path)
+    if spec is not None:
+        names += spec[1].modules  # /dev/nvidia-modeset: nvidia_modeset
     names += PROFILE_MODULES.get(g.profile or "", ())
     if g.node is not None:
         driver = facts.device_drivers.get(f"{g.node.kind} {g.node.major}:{g.node.minor}")
-        if driver == "nvidia" and g.profile == "dri":
-            names += ["nvidia_drm", "nvidia"]
+        profile = devices.PROFILES.get(g.profile or "")
+        extra = dict(profile.driver_modules).get(driver or "") if profile is not None else None
+        if extra:
+            names += extra  # NVIDIA's card nodes: nvidia_drm
         elif driver:
             names.append(driver)
     # what a needed module needs: /proc/modules lists, for each module, those that use it
@@ -160,10 +163,9 @@ def out_of_tree(m: str, facts) -> bool:
 def _dkms_of(m: str, facts):
     """The DKMS module/version that builds `m` (newest first), or None."""
     mine = [d for d in facts.dkms if d.module == m]
-    if not mine and m.startswith("nvidia"):
-        mine = [d for d in facts.dkms if d.module == "nvidia"]  # nvidia's DKMS package builds all of them
-    if not mine and m in ("apex", "gasket"):
-        mine = [d for d in facts.dkms if d.module in ("gasket", "apex")]
+    profile = devices.module_profile(m)
+    if not mine and profile is not None and profile.dkms:
+        mine = [d for d in facts.dkms if d.module in profile.dkms]  # one DKMS package builds all of them
     return sorted(mine, key=lambda d: kernel_key(d.version))[-1] if mine else None
 
 
