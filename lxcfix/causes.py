@@ -34,7 +34,6 @@ same on every run for the same problem. Every finding keeps its place in
 from __future__ import annotations
 
 import hashlib
-import re
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
@@ -53,9 +52,6 @@ NVIDIA = devices.family("nvidia")  # nvidia, nvidia-uvm, nvidia-caps: the catalo
 # Codes a container (or host) has at most once: their cause id is the code.
 ONCE = codes.where(once=True)
 
-_NUMS = re.compile(r"\b([cb]) ([0-9]{1,7}):([0-9]{1,7})\b")
-_STALE = re.compile(r"the config allows ([cb] [0-9]{1,7}:(?:[0-9]{1,7}|\*))")
-_MISMATCH_CUINIT = re.compile(r"^cuInit\(0\) = (35|803)\b")
 
 
 @dataclass(frozen=True)
@@ -131,12 +127,11 @@ class _Node:
 
 
 def _node(f: Finding, facts: HostFacts | None) -> _Node | None:
-    """The device numbers a finding is about: the ones its message states (lxcfix's
-    own messages give the host's numbers first), else the host's facts."""
-    found = _NUMS.findall(f.message)
-    if found:  # LXF203 names the container's numbers first, then the host's
-        kind, major, minor = found[-1] if f.code == "LXF203" else found[0]
-        return _Node(kind, int(major), int(minor), f.device or "")
+    """The device numbers a finding is about: the ones it carries (the host's), else the
+    host's facts. Never read from its message, which can quote what a container printed."""
+    if f.numbers is not None:
+        kind, major, minor = f.numbers
+        return _Node(kind, major, minor, f.device or "")
     if facts is None or not f.device:
         return None
     n = facts.nodes.get(f.device)
@@ -196,8 +191,7 @@ def _rule(value: str):
 
 
 def _is_mismatch(f: Finding) -> bool:
-    return f.code == "LXF212" or (f.code == "LXF211" and "mismatch" in f.message.lower()) or \
-        (f.code == "LXF210" and bool(_MISMATCH_CUINIT.match(f.message)))
+    return f.code == "LXF212" or f.kind == "driver-mismatch"
 
 
 def _group_ct(host: str, ct: str, findings: list[Finding], facts: HostFacts | None) -> list[Cause]:
@@ -335,8 +329,7 @@ def _subjects(fs: list[Finding], nodes: list[_Node | None], facts: HostFacts | N
         by_major.setdefault((n.kind, n.major), {}).setdefault(n.minor, (f.device or n.path, f))
     out = []
     for (kind, major), minors in sorted(by_major.items()):
-        stale = next((m[1] for _, f in minors.values() if f.code == "LXF101" and (m := _STALE.search(f.message))),
-                     None)
+        stale = next((f.rule for _, f in minors.values() if f.code == "LXF101" and f.rule), None)
         profile = devices.profile_for_major(major, facts, next(iter(minors))) if facts is not None else None
         if len(minors) == 1:
             (minor, (path, _)), = minors.items()

@@ -405,6 +405,11 @@ class Finding:
     host: str = "localhost"
     live_fixable: bool | None = None
     line: int | None = None  # the config line it is about (1-based), when it is about one
+    # Its subject as data (the code's record says which fields it has), never parsed back out
+    # of the message, which can quote what a container printed:
+    numbers: tuple[str, int, int] | None = None  # the host's (kind, major, minor) of the device
+    rule: str | None = None  # the config's rule it is about, as LXC reads it ("c 508:*": LXF101's stale rule)
+    kind: str | None = None  # the cause kind when not its record's ("driver-mismatch": a cuInit 803)
 
     def to_json(self) -> dict:
         fix = self.fix

@@ -30,6 +30,7 @@ Only script() reads anything (the packaged template); parse and classify are pur
 
 from __future__ import annotations
 
+from dataclasses import replace
 import functools
 import re
 from typing import Iterable, Mapping
@@ -309,6 +310,7 @@ def classify(
             continue
         finding = _node_finding(ctx, node, kind, major, minor)
         if finding is not None:
+            finding = replace(finding, numbers=(kind, major, minor))  # the host's numbers, whatever it saw
             findings.append(finding)
             by_path[path] = finding
     findings += _cuinit_findings(ctx, probe, by_path)
@@ -335,9 +337,10 @@ class _Context:
         return cmd if self.host in ("", "localhost") else f"{cmd} --host {self.host}"
 
     def finding(self, code: str, message: str, device: str | None, evidence: Iterable[str],
-                fix: str | None = None, live_fixable: bool | None = None, severity: str | None = None) -> Finding:
+                fix: str | None = None, live_fixable: bool | None = None, severity: str | None = None,
+                **subject) -> Finding:
         return make(code, self.ct, message, severity=severity, device=device, evidence=tuple(evidence),
-                    fix=Fix(fix) if fix else None, host=self.host, live_fixable=live_fixable)
+                    fix=Fix(fix) if fix else None, host=self.host, live_fixable=live_fixable, **subject)
 
     def major_evidence(self, major: int | None) -> list[str]:
         names = self.names.get(major) if major is not None else None
@@ -415,6 +418,7 @@ def _node_finding(ctx: _Context, node: ProbeNode, kind: str, major: int, minor: 
     return None  # ok, or ENXIO/ENODEV/...: the cgroup let it through; see the GPU findings
 
 
+MISMATCH = "driver-mismatch"  # the cause kind of a cuInit/NVML failure the userspace's version explains
 CAPS_DIR = "/dev/nvidia-caps/"
 _MIG_CAP = re.compile(r"/dev/nvidia-caps/nvidia-cap([0-9]{1,7})")
 _MIG_DEVICE = re.compile(r"^\s*MIG [0-9]+g\.")
@@ -510,7 +514,8 @@ def _cuinit_findings(ctx: _Context, probe: ProbeResult, by_path: Mapping[str, Fi
         if code in (35, 803):
             evidence.append("the container's CUDA driver library and the host's kernel driver disagree")
     device = culprits[0].path if culprits else None
-    return [ctx.finding("LXF210", message, device, evidence, fix=_fix_from(by_path, culprits))]
+    return [ctx.finding("LXF210", message, device, evidence, fix=_fix_from(by_path, culprits),
+                        kind=MISMATCH if code in (35, 803) else None)]
 
 
 def _nvml_findings(ctx: _Context, probe: ProbeResult, by_path: Mapping[str, Finding],
@@ -520,6 +525,7 @@ def _nvml_findings(ctx: _Context, probe: ProbeResult, by_path: Mapping[str, Find
         return []
     _, ctl, gpus = _nvidia_nodes(probe)
     first = out.strip().split("\n", 1)[0] or "(no output)"
+    kind = None
     if "Unknown Error" in out:
         nodes = [ctl] if _broken(ctl) else [n for n in gpus if _broken(n)]
         message = f"nvidia-smi: {first} (NVML cannot open /dev/nvidiactl)"
@@ -530,6 +536,7 @@ def _nvml_findings(ctx: _Context, probe: ProbeResult, by_path: Mapping[str, Find
         extra = [MEASURED_NVML_GPU]
     elif "mismatch" in out.lower():
         nodes = []
+        kind = MISMATCH
         message = f"nvidia-smi: {first} (the container's NVIDIA libraries do not match the host driver)"
         extra = [f"host driver {host_driver}" if host_driver else "host driver version unknown"]
     elif rc != 0:
@@ -540,7 +547,7 @@ def _nvml_findings(ctx: _Context, probe: ProbeResult, by_path: Mapping[str, Find
         return []
     evidence = [_state(n) for n in nodes if n is not None] + [f"nvidia-smi -L: rc {rc}, {first!r}"] + extra
     return [ctx.finding("LXF211", message, nodes[0].path if nodes else None, evidence,
-                        fix=_fix_from(by_path, nodes))]
+                        fix=_fix_from(by_path, nodes), kind=kind)]
 
 
 def _driver_mismatch(ctx: _Context, probe: ProbeResult, host_driver: str) -> Finding:

@@ -246,7 +246,7 @@ def check(ctx) -> list:
             evidence=(f"passed in by {via} ({ctx.config.path}:{g.index + 1})",
                       f"device rules allow: {allowed}",
                       f"/proc/devices: {node.major} {_names(ctx, node.major)}"),
-            fix=fixed.denied[g.path], line=g.index + 1,
+            fix=fixed.denied[g.path], line=g.index + 1, numbers=(node.kind, node.major, node.minor),
         ))
     for s in needs.stale:  # analyze() pairs every stale rule with at least one device
         first, rule = s.given[0], s.rule.rule
@@ -261,6 +261,7 @@ def check(ctx) -> list:
                       f"/proc/devices: {s.major} {name}; no driver holds major {rule.major}",
                       "affects " + ", ".join(g.path for g in s.given)),
             fix=fixed.stale[s.rule.index], line=s.rule.index + 1,
+            numbers=(first.node.kind, first.node.major, first.node.minor), rule=f"{rule.kind} {rule.major}:{minor}",
         ))
     for u in needs.unpassed:
         paths = ", ".join(n.path for n in u.nodes) or f"{u.profile.name} nodes"

@@ -150,8 +150,8 @@ def test_different_devices_are_different_causes_and_a_stale_major_names_the_old_
     assert "from the config and the host's majors" in got["cgroup-denies:tun"].proof[-1]
 
 
-def finding(code, message, device=None, ct="200", severity="error", fix=None, line=None, host="pve1"):
-    return Finding(code, severity, ct, message, device=device, fix=fix, host=host, line=line)
+def finding(code, message, device=None, ct="200", severity="error", fix=None, line=None, host="pve1", **subject):
+    return Finding(code, severity, ct, message, device=device, fix=fix, host=host, line=line, **subject)
 
 
 def test_a_node_missing_on_the_host_explains_it_being_absent_inside_and_cuda_failing():
@@ -175,7 +175,8 @@ def test_a_node_missing_on_the_host_explains_it_being_absent_inside_and_cuda_fai
 
 def test_a_driver_mismatch_explains_nvml_saying_so():
     found = [finding("LXF212", "NVIDIA driver mismatch: host kernel driver 580.159.04, container userspace 570.1"),
-             finding("LXF211", "nvidia-smi: Failed to initialize NVML: Driver/library version mismatch (...)")]
+             finding("LXF211", "nvidia-smi: Failed to initialize NVML: Driver/library version mismatch (...)",
+                     kind="driver-mismatch")]  # what probe.classify gives it: the cause kind as data
     (cause,) = causes.group(found, make_facts())
     assert cause.id == "driver-mismatch" and cause.code == "LXF212" and cause.title == found[0].message
 

@@ -180,3 +180,26 @@ def test_the_h200_unprivileged_case_leaves_no_error_for_the_caps_nodes():
     found = [f for f in run_rules(ctx) if f.code == "LXF201"]
     assert [(f.device, f.severity) for f in found] == [(CAPS, "info")]
     assert not any(codes.must_be_absent(f, codes.fixed_devices(found)) for f in found)
+
+
+# ---------------------------------------------------------------- the subject is data, not text
+
+def test_causes_never_read_device_numbers_out_of_a_message():
+    """nvidia-smi's output is the container's text, and LXF211 quotes it: a tenant printing
+    'c 10:200' must not move the finding into another device's cause."""
+    facts = make_facts(nodes={"/dev/nvidiactl": DeviceNode("/dev/nvidiactl", "c", 195, 255, 0o20666)})
+    quoted = codes.make("LXF211", "200", "nvidia-smi: c 10:200 Unknown Error (NVML cannot open /dev/nvidiactl)",
+                        device="/dev/nvidiactl")
+    tun = codes.make("LXF100", "200", "/dev/net/tun is c 10:200 on this host; ...", device="/dev/net/tun",
+                     numbers=("c", 10, 200))
+    assert len(causes.group([quoted, tun], facts)) == 2
+    assert causes._node(quoted, facts).major == 195  # the host's node, from the facts
+
+
+def test_a_driver_mismatch_is_the_kind_the_probe_gives_not_a_word_in_the_message():
+    says = codes.make("LXF211", "200", "nvidia-smi: mismatch mismatch (the tenant's text)")
+    assert not causes._is_mismatch(says)
+    (f,) = probe.classify("200", "h", ProbeResult(nodes={}, nvidia_smi_rc=18,
+                                                    nvidia_smi_out="Failed to initialize NVML: Driver/library "
+                                                                   "version mismatch"), {}, None)
+    assert f.kind == "driver-mismatch" and causes._is_mismatch(f)
