@@ -42,7 +42,7 @@ from .model import Finding, Plan
 from .plan import make_plan
 from .render import template_text
 from .styles import STYLES
-from .transaction import Journal, Transaction, Verify, Write, write_atomic
+from .transaction import Journal, Run, Transaction, Verify, Write, write_atomic
 from .transport import env_path
 
 PHASES = ("pre-start", "post-start", "pre-stop", "post-stop")
@@ -220,9 +220,15 @@ def _create_missing_nodes(target, c, journal: Journal, base: dict) -> bool:
             argvs.append(argv)
     if not argvs or not os.path.exists(target.local_path(modprobe)):
         return False
-    for argv in argvs:
-        r = target.transport.run(argv, timeout=60)
-        _record(journal, **{**base, "event": "hook-nvidia-modprobe"}, argv=argv, rc=r.rc)
+    # Steps of the one engine, journaled as every change is ("hook-nvidia-modprobe-command",
+    # with argv and rc); nothing to undo: a node the driver made stays.
+    steps = [Run(target.transport, argv, "nvidia-modprobe") for argv in argvs]
+    tx = Transaction("creating the NVIDIA nodes", steps, journal, {k: v for k, v in base.items() if k != "event"},
+                     prefix="hook-nvidia-modprobe-", events={"done": None, "failed": None, "rolled-back": None})
+    try:
+        tx.run()
+    except ApplyFailed:
+        pass  # the plan made next says what is still missing
     return True
 
 

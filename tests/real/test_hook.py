@@ -177,3 +177,27 @@ def test_post_start_never_fails_and_records_the_probe(pve, env, moved):
     assert "LXF200" in event["errors"] and "/dev/nvidia-uvm" in event["devices"]
     assert hook.run_hook(ct.vmid, "pre-stop", "fail").exit_code == 0
     assert hook.run_hook(ct.vmid, "post-stop", "heal").exit_code == 0
+
+
+def test_heal_runs_nvidia_modprobe_as_a_journaled_step(pve, env, moved, tmp_path, monkeypatch):
+    """/dev/nvidia-uvm missing on the host (LXF112): heal runs nvidia-modprobe first, as a step
+    of the transaction engine (journaled with its argv and rc); a modprobe that creates nothing
+    leaves LXF112, so the start is refused and nothing else changes."""
+    node, major = moved
+    modprobe = tmp_path / "nvidia-modprobe"
+    modprobe.write_text(f"#!/bin/sh\necho \"$@\" >> {tmp_path}/modprobe.log\nexit 0\n")
+    modprobe.chmod(0o755)
+    monkeypatch.setenv("LXCFIX_NVIDIA_MODPROBE", str(modprobe))
+    install_snippet(env, "heal")
+    assert not os.path.exists("/dev/nvidia-uvm")
+    ct = pve.make_ct(["hookscript: local:snippets/lxcfix-hook.sh",
+                      "lxc.mount.entry: /dev/nvidia-uvm dev/nvidia-uvm none bind,optional,create=file"])
+    before = Path(ct.conf_path).read_bytes()
+
+    r = pve.pct("start", ct.vmid, timeout=60)
+
+    assert r.rc != 0 and "cannot heal LXF112" in r.stderr, r.stderr
+    assert (tmp_path / "modprobe.log").read_text() == "-u -c0\n"
+    (ran,) = [e for e in journal(env) if e["event"] == "hook-nvidia-modprobe-command"]
+    assert (ran["argv"], ran["rc"], ran["ct"]) == ([str(modprobe), "-u", "-c0"], 0, ct.vmid)
+    assert Path(ct.conf_path).read_bytes() == before and not ct.running()
