@@ -683,36 +683,74 @@ def facts(
     return Shown("facts")
 
 
-@app.command(short_help="What a finding code means, how lxcfix knows, the fix by hand.",
+@app.command(short_help="What a finding code, or an error text an app printed, means; the fix by hand.",
              epilog=examples(
                  "lxcfix explain LXF200", "one code (LXF200, lxf200 or 200)",
-                 "lxcfix explain", "every code, one line each",
-                 "lxcfix explain LXF210 --json", "as JSON"))
+                 "lxcfix explain 'CUDA unknown error - this may be due to an incorrectly set up environment'",
+                 "an error text an application printed: the likely causes, and what tells which",
+                 "lxcfix explain --json 'Failed to initialize NVML: Unknown Error'", "as JSON (`-` reads a log from "
+                                                                                     "standard input)"))
 def explain(
-    code: Optional[str] = typer.Argument(None, metavar="CODE", help="A finding code: LXF200, lxf200 or 200."),
+    words: Optional[List[str]] = typer.Argument(
+        None, metavar="CODE|TEXT",
+        help="A finding code (LXF200, lxf200 or 200), or an error text (quoted, or several words; - reads it "
+             "from standard input)."),
     as_json: bool = typer.Option(False, "--json", help="One JSON document on stdout."),
 ) -> Shown:
     """What a finding code means, how lxcfix knows (the measured facts behind it), how to fix it by hand in
-    each style, and when it is a false alarm."""
+    each style, and when it is a false alarm. Given an error text instead (what Jellyfin, CUDA, nvidia-smi,
+    pct or Docker printed), the likely causes in order, the command that tells which one it is on this host,
+    and what it is known not to be."""
     from . import codes
 
-    if code is None:
+    if not words:
         if as_json:
             _json({"schema": report.SCHEMA, "codes": [c.to_json() for c in codes.CODES.values()]})
         else:
             for text, role in codes.summary_lines():
                 say(text, SEVERITY_STYLE.get(role))
-            say("lxcfix explain CODE: the whole entry", "dim")
+            say("lxcfix explain CODE: the whole entry; lxcfix explain 'TEXT': what an error text means", "dim")
         return Shown("explain")
-    found = codes.lookup(code)
+    found = codes.lookup(words[0]) if len(words) == 1 else None
+    if found is None and len(words) == 1 and re.fullmatch(r"(?i)(lxf)?[0-9]{3}", words[0].strip()):
+        raise BadInput(f"no finding code {words[0].strip()!r}: lxcfix explain lists them ({', '.join(codes.CODES)})")
     if found is None:
-        raise BadInput(f"no finding code {code!r}: lxcfix explain lists them ({', '.join(codes.CODES)})")
+        return _explain_text(sys.stdin.read(errortexts_max() + 1) if words == ["-"] else " ".join(words), as_json)
     if as_json:
         _json({"schema": report.SCHEMA, **found.to_json()})
         return Shown("explain")
     style = {"title": "bold", "heading": "bold", "fix": "green", "table": None, "text": None}
     for text, role in codes.explain(found.code):
         say(text, style[role])
+    return Shown("explain")
+
+
+def errortexts_max() -> int:
+    from .errortexts import MAX_TEXT
+
+    return MAX_TEXT
+
+
+def _explain_text(text: str, as_json: bool) -> Shown:
+    """An error text: the known messages in it (errortexts.KNOWN); none known is one line, exit 0."""
+    from . import errortexts
+
+    known = errortexts.match(text)
+    if as_json:
+        _json({"schema": report.SCHEMA, "text_lines": len(text.splitlines()),
+               "known": [k.to_json() for k in known]})
+        return Shown("explain")
+    if not known:
+        say(f"lxcfix explain: no error text lxcfix knows in what was given ({len(text.splitlines()) or 1} "
+            "line(s)); run `lxcfix scan` (or `lxcfix diagnose --ct CT`) to look at the containers themselves, "
+            "and `lxcfix explain` for the finding codes")
+        return Shown("explain")
+    style = {"title": "bold", "heading": "bold", "fix": "green", "text": None}
+    for i, k in enumerate(known):
+        if i:
+            say("")
+        for line, role in errortexts.lines(k):
+            say(line, style[role])
     return Shown("explain")
 
 

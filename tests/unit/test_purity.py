@@ -17,7 +17,7 @@ PURE = (
     "lxcfix.rules.probe", "lxcfix.rules.access", "lxcfix.rules.foresight", "lxcfix.rules.inert", "lxcfix.rules.tenant",
     "lxcfix.rules.drift", "lxcfix.rules.upgrade", "lxcfix.plan", "lxcfix.liveplan",
     "lxcfix.render", "lxcfix.report", "lxcfix.audit", "lxcfix.fixes", "lxcfix.styles", "lxcfix.outcome",
-    "lxcfix.idmap", "lxcfix.inventory", "lxcfix.sweep", "lxcfix.causes", "lxcfix.codes",
+    "lxcfix.idmap", "lxcfix.inventory", "lxcfix.sweep", "lxcfix.causes", "lxcfix.codes", "lxcfix.errortexts",
 )
 IO_MODULES = (
     "subprocess", "socket", "multiprocessing", "paramiko", "fabric", "invoke",

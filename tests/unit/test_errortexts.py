@@ -1,0 +1,111 @@
+"""`lxcfix explain "<error text>"` (lxcfix.errortexts): what applications and tools print,
+matched to the likely causes, the command that tells which, and what it is not. The samples
+are lines as the public reports quote them (each row names its reports)."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from lxcfix import cli, codes, errortexts
+
+# (a paste, as a user would give it, the row it must match)
+SAMPLES = [
+    ("RuntimeError: CUDA unknown error - this may be due to an incorrectly set up environment, e.g. changing env "
+     "variable CUDA_VISIBLE_DEVICES after program start.", "cuda-unknown"),
+    ("2022-06-17 E tensorflow/stream_executor/cuda/cuda_driver.cc:271] failed call to cuInit: CUDA_ERROR_UNKNOWN: "
+     "unknown error", "cuda-unknown"),
+    ("[HW Accel Support]: cu->cuInit(0) failed -> CUDA_ERROR_UNKNOWN", "cuda-unknown"),
+    ("error: cudaGetDeviceCount returned 30", "cuda-unknown"),
+    ("cudaGetDeviceCount: CUDA driver initialization failed: no CUDA-capable device is detected",
+     "cuda-no-device"),
+    ("Failed to initialize NVML: Unknown Error", "nvml-unknown"),
+    ("Failed to initialize NVML: Driver/library version mismatch\nNVML library version: 570.86", "nvml-mismatch"),
+    ("No devices were found", "nvml-no-devices"),
+    ("[AVHWDeviceContext @ 0x6543173f52c0] No VA display found for any default device.\nDevice creation failed: "
+     "-22.\nFailed to set value 'vaapi=va:,kernel_driver=i915,driver=iHD' for option 'init_hw_device': Invalid "
+     "argument", "vaapi-22"),
+    ("TASK ERROR: //dev/dri/renderD128 is not a device", "not-a-device"),
+    ("Starting LXC Container/dev/dri/renderD128 is not a device", "not-a-device"),
+    ("TASK ERROR: Device /dev/dri/card1 does not exist", "devn-missing"),
+    ("nvidia-container-cli: initialization error: load library failed: bpf_prog_query(BPF_CGROUP_DEVICE) failed: "
+     "operation not permitted: unknown", "bpf-prog-query"),
+    ("docker: Error response from daemon: failed to create task for container: invoking the NVIDIA Container "
+     "Runtime Hook directly (e.g. specifying the docker --gpus flag) is not supported.", "runtime-hook"),
+    ("OCI runtime create failed: runc create failed: unable to start container process: error during container "
+     "init: open sysctl net.ipv4.ip_unprivileged_port_start file: reopen fd 8: permission denied", "reopen-fd"),
+    ("Aug 04 02:48:57 tailnet tailscaled[2502]: getLocalBackend error: createEngine: tstun.New(\"tailscale0\"): "
+     "CreateTUN(\"tailscale0\") failed; /dev/net/tun does not exist", "tun-missing"),
+    ("fusermount: failed to open /dev/fuse: Operation not permitted", "fuse-denied"),
+    ("frigate.detectors.plugins.edgetpu_tfl ERROR : No EdgeTPU was detected.", "edgetpu"),
+    ("lxc-start 200 20261201 ERROR cgfsng - ../src/lxc/cgroups/cgfsng.c:... - Failed to parse device rule "
+     "devices.allow=/dev/nvidia-uvm rw", "lxc-bad-rule"),
+    ("lxc-start: 200: confile.c: parse_line: Unsupported config key \"lxc.cgroup.devices.allow\"", "lxc-v1-key"),
+    ("WARN cgfsng - Ignoring cgroup2 limits on legacy cgroup system", "lxc-hybrid"),
+    ("sh: can't create /dev/net/tun: Operation not permitted", "eperm-open"),
+]
+
+
+@pytest.mark.parametrize("text,want", SAMPLES)
+def test_each_sample_is_known_as_its_row(text, want):
+    assert [k.id for k in errortexts.match(text)] == [want]
+
+
+def test_every_row_has_a_sample_a_source_and_causes_that_exist():
+    assert {want for _, want in SAMPLES} == {k.id for k in errortexts.KNOWN}
+    for k in errortexts.KNOWN:
+        assert k.sources and k.causes and k.confirm and k.not_it, k.id
+        assert all(c.code == "" or c.code in codes.CODES for c in k.causes), k.id
+    assert len({k.id for k in errortexts.KNOWN}) == len(errortexts.KNOWN)
+
+
+def test_a_log_with_several_messages_names_each_once_in_table_order():
+    log = "\n".join(["noise"] * 50 + [SAMPLES[16][0], SAMPLES[5][0], SAMPLES[5][0], "more noise"])
+    assert [k.id for k in errortexts.match(log)] == ["nvml-unknown", "fuse-denied"]
+
+
+def test_nothing_known_in_ordinary_text():
+    assert errortexts.match("hello world\nall is well\n") == []
+    assert errortexts.match("") == []
+
+
+def run(capsys, *argv, stdin=None, monkeypatch=None):
+    if stdin is not None:
+        monkeypatch.setattr("sys.stdin", io.StringIO(stdin))
+    rc = cli.run(list(argv))
+    captured = capsys.readouterr()
+    return rc, captured.out, captured.err
+
+
+def test_cli_explains_a_quoted_text_and_several_words(capsys, monkeypatch):
+    monkeypatch.setenv("NO_COLOR", "1")
+    rc, out, err = run(capsys, "explain", "Failed to initialize NVML: Unknown Error")
+    assert rc == 0 and err == ""
+    assert out.startswith("Failed to initialize NVML: Unknown Error\n")
+    assert "Likely causes, in order" in out and "[LXF200]" in out and "lxcfix diagnose --ct CT" in out
+    assert "NVIDIA/nvidia-docker#1671" in out
+    rc, out2, _ = run(capsys, "explain", "Failed", "to", "initialize", "NVML:", "Unknown", "Error")
+    assert rc == 0 and out2 == out
+
+
+def test_cli_reads_a_log_from_stdin_and_says_it_in_json(capsys, monkeypatch):
+    log = "x\n" + SAMPLES[15][0] + "\n" + SAMPLES[8][0] + "\n"
+    rc, out, _ = run(capsys, "explain", "-", "--json", stdin=log, monkeypatch=monkeypatch)
+    doc = json.loads(out)
+    assert rc == 0 and doc["schema"] == 1 and doc["text_lines"] == 5
+    assert [k["id"] for k in doc["known"]] == ["vaapi-22", "tun-missing"]
+    assert doc["known"][1]["causes"][0] == {"code": "LXF110", "text": errortexts.KNOWN[11].causes[0].text}
+
+
+def test_an_unknown_text_is_one_line_exit_0_and_never_echoed(capsys):
+    big = "z" * 100_000
+    rc, out, err = run(capsys, "explain", big)
+    assert rc == 0 and err == ""
+    assert out.count("\n") == 1 and "z" * 100 not in out and "lxcfix scan" in out
+
+
+def test_a_code_shaped_word_that_is_no_code_is_still_bad_input(capsys):
+    rc, out, err = run(capsys, "explain", "LXF999")
+    assert rc == 2 and "no finding code 'LXF999'" in err and out == ""
