@@ -1,9 +1,12 @@
 """The one way lxcfix changes a host: a Transaction of steps.
 
     tx = Transaction("apply", [Lock(lock), Expect(path, digest), Backup(backups, before, digest),
-                               Write(path, before, after, "pve"), Restart(backend, t, "200"), Verify(check)],
+                               Write(path, before, after, "pve"), Restart(backend, t, "200"), Verify(problems)],
                      journal, {"host": "pve1", "ct": "200", "path": "/etc/pve/lxc/200.conf", ...})
     tx.describe()   -> ["lock /run/lock/lxc/pve-config-200.lock (Proxmox's own flock) ...", "back up ...", ...]
+    tx.check()      -> Verdict(ok=True, steps=(...)): every step's precondition tested, nothing done
+                    -> Verdict(ok=False, step="check /etc/pve/lxc/200.conf still has digest 923f005d1757",
+                               error=Refused("... changed since it was planned ..."))   verdict.exit_code == 2
     tx.run()        -> TxResult(reached="verified", state={"backup": ".../backups/200/2026...-923f005d1757.conf"})
 
 Steps run in order; each one that changes something is journaled as it is done
@@ -12,8 +15,16 @@ exception nobody expected, the steps done are undone in reverse, a restart
 last (once the files are back), and the error says what was put back (exit 4);
 when undoing fails too, exactly what state things are in (exit 5). A failure
 before anything changed is the failure itself (refused, exit 2; the state dir
-unusable, exit 3). `--dry-run` prints describe() of the same transaction
-(check mode: the same steps, their effects skipped).
+unusable, exit 3).
+
+Check mode (`--dry-run`, `lxcfix.api.fix(check=True)`, the Ansible collection's
+check mode) is check(): each step's check() tests its precondition without
+acting (the lock free, the config's digest, the state dir usable and with room,
+the container running when a step needs it, a live change possible), in order,
+and the first that fails is the verdict, with the error the real run raises
+there. run() begins with the same check() and raises its verdict's error before
+doing anything, so the two agree by construction; the steps that act guard
+again as they act (the digest under the lock, a full disk while writing).
 
 Files: a write goes to a temp file beside the target (created exclusively, never
 through a symlink), is fsynced, read back and, for a container config,
@@ -31,12 +42,13 @@ import errno
 import fcntl
 import json
 import os
+import stat
 import time
 from dataclasses import dataclass, field
 from typing import Callable, ClassVar, Sequence
 
 from . import ctconfig
-from .errors import ApplyFailed, CannotWrite, LxcfixError, Refused, RollbackFailed, StateError
+from .errors import ApplyFailed, BadInput, CannotWrite, LxcfixError, Refused, RollbackFailed, StateError
 from .model import Finding
 from .transport import read_regular
 
@@ -49,6 +61,43 @@ def _fsync_dir(path: str) -> None:
     fd = os.open(path or ".", os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def check_room(fd: int, need: int, error: Callable[[str], Exception]) -> None:
+    """The directory `fd` can take a new file of `need` bytes (and a journal line): not on a
+    read-only filesystem, writable, and the filesystem has the blocks (and an inode) free.
+    Raises error(why) with why as the kernel would say it ("No space left on device")."""
+    st = os.fstatvfs(fd)
+    if st.f_flag & os.ST_RDONLY:
+        raise error(os.strerror(errno.EROFS))
+    if not os.access(".", os.W_OK, dir_fd=fd):
+        raise error(os.strerror(errno.EACCES))
+    block = st.f_frsize or st.f_bsize or 4096
+    blocks = -(-need // block) + 1  # the file's blocks, and one for the journal line or a directory
+    if st.f_blocks and st.f_bavail < blocks:
+        raise error(f"{os.strerror(errno.ENOSPC)} ({st.f_bavail * block} bytes free, {blocks * block} needed)")
+    if st.f_files and st.f_favail < 2:
+        raise error(f"{os.strerror(errno.ENOSPC)} (no free inode)")
+
+
+def check_writable_dir(directory: str, need: int, error: Callable[[str], Exception]) -> None:
+    """A file of `need` bytes can be created in `directory`, or, when it does not exist yet,
+    in the nearest directory above it that does (os.makedirs creates the rest)."""
+    d = os.path.abspath(directory or ".")
+    while True:
+        try:
+            fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+            break
+        except FileNotFoundError:
+            if d == os.path.dirname(d):
+                raise error(os.strerror(errno.ENOENT)) from None
+            d = os.path.dirname(d)
+        except OSError as e:
+            raise error(e.strerror or str(e)) from None
+    try:
+        check_room(fd, need, error)
     finally:
         os.close(fd)
 
@@ -187,6 +236,38 @@ class StateDir:
     def path(self, *sub: str) -> str:
         return os.path.join(self.root, *sub)
 
+    def check(self, *sub: str, need: int = 0, what: str = "") -> None:
+        """Without creating anything: root/sub... can be used as open_dir(create=True) would
+        use it (each part below `trusted` a directory, not a symlink, or absent and then
+        creatable), the deepest one that exists is writable, and its filesystem has room
+        for `need` bytes and a journal line. StateError, saying so, when not."""
+        what = what or f"state dir {self.root}"
+        try:
+            fd = os.open(self.trusted, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError as e:
+            raise StateError(f"state dir {self.root}: {self.trusted}: {e.strerror or e}") from None
+        try:
+            for part in self._parts(*sub):
+                if part in ("..", "."):
+                    raise StateError(f"state dir {self.root}: bad path part {part!r}")
+                try:
+                    nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+                except FileNotFoundError:
+                    break  # the run creates it (0700) in the directory fd is
+                except OSError as e:
+                    why = "a symlink or not a directory" if e.errno in (errno.ELOOP, errno.ENOTDIR) else \
+                        (e.strerror or e)
+                    raise StateError(f"state dir {self.root}: {part} is {why}; refusing to follow it") from None
+                os.close(fd)
+                fd = nxt
+            check_room(fd, need, lambda why: StateError(f"{what}: {why}; nothing changed"))
+        finally:
+            os.close(fd)
+
+
+def _exists_dir(path: str) -> bool:
+    return os.path.isdir(path) and not os.path.islink(path)
+
 
 class Journal:
     """One JSON line per event: what changed, when, the backup, the outcome."""
@@ -212,6 +293,23 @@ class Journal:
             raise StateError(f"journal {self.path}: {e.strerror or e}") from None
         finally:
             os.close(fd)
+
+    def check(self) -> None:
+        """The journal can be appended to: its directory usable (StateDir.check), the file a
+        regular file when it exists (never a symlink: record() would refuse to follow it)."""
+        self.state.check(what=f"journal {self.path}")
+        dfd = self.state.open_dir(create=False) if _exists_dir(self.state.root) else None
+        if dfd is None:
+            return
+        try:
+            st = os.stat("journal.jsonl", dir_fd=dfd, follow_symlinks=False)
+        except FileNotFoundError:
+            return
+        finally:
+            os.close(dfd)
+        if not stat.S_ISREG(st.st_mode):
+            raise StateError(f"journal {self.path}: not a regular file (a symlink?); refusing to follow it; "
+                             "nothing changed")
 
     def entries(self) -> list[dict]:
         try:
@@ -359,6 +457,10 @@ class Step:
     def describe(self) -> str:
         raise NotImplementedError
 
+    def check(self, tx: "Transaction") -> None:
+        """Test this step's precondition without acting; raise the LxcfixError do() would
+        raise for it. Check mode runs only this; run() runs it right before do()."""
+
     def do(self, tx: "Transaction") -> None:
         raise NotImplementedError
 
@@ -389,17 +491,48 @@ class Lock(Step):
     def describe(self) -> str:
         return f"lock {self.path}"
 
+    def _held(self) -> Refused:
+        return Refused(f"another process holds {self.path} (an apply, or Proxmox itself); "
+                       "nothing changed, try again when it is done")
+
+    def _unusable(self, why: str) -> StateError:
+        return StateError(f"cannot take the lock {self.path}: {why}; nothing changed")
+
+    def check(self, tx) -> None:
+        """Nobody holds the lock now (taken and let go at once, never created), or its file is
+        absent and its directory can be created and written."""
+        if self._fd is not None:
+            return
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            check_writable_dir(os.path.dirname(self.path), 0, self._unusable)
+            return
+        except OSError as e:
+            raise self._unusable(e.strerror or str(e)) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        except OSError as e:
+            if e.errno in (errno.EAGAIN, errno.EACCES):
+                raise self._held() from None
+            raise self._unusable(e.strerror or str(e)) from None
+        finally:
+            os.close(fd)
+
     def do(self, tx) -> None:
-        os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        try:
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        except OSError as e:
+            raise self._unusable(e.strerror or str(e)) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
             os.close(fd)
             if e.errno in (errno.EAGAIN, errno.EACCES):
-                raise Refused(f"another process holds {self.path} (an apply, or Proxmox itself); "
-                              "nothing changed, try again when it is done") from None
-            raise
+                raise self._held() from None
+            raise self._unusable(e.strerror or str(e)) from None
         self._fd = fd
 
     def release(self, tx) -> None:
@@ -421,10 +554,13 @@ class Expect(Step):
     def describe(self) -> str:
         return f"check {self.shown or self.path} still has digest {self.digest[:12]}"
 
-    def do(self, tx) -> None:
+    def check(self, tx) -> None:
         now = read_file(self.path)
         if ctconfig.digest(now or b"") != self.digest:
             raise Refused(f"{self.shown or self.path} changed since it was planned; nothing written, re-run to re-plan")
+
+    def do(self, tx) -> None:
+        self.check(tx)  # again, now under the lock
         remove_stale_temps(self.path)
 
 
@@ -444,6 +580,12 @@ class Backup(Step):
         if self.data is None:
             return "nothing to back up: the file does not exist yet (undo removes it)"
         return f"back up to {self.backups.dir}/<time>-{self.digest[:12]}.conf (0600, fsynced, read back)"
+
+    def check(self, tx) -> None:
+        """The backup directory is usable, and has room for the backup."""
+        if self.data is not None:
+            self.backups.state.check(*self.backups.sub, need=len(self.data),
+                                     what=f"cannot create a backup in {self.backups.dir}")
 
     def do(self, tx) -> None:
         tx.state["backup"] = self.backups.save(self.data, self.digest) if self.data is not None else None
@@ -474,6 +616,14 @@ class Write(Step):
     def describe(self) -> str:
         return f"write {self.shown or self.path} atomically (temp file, fsync, read back" + \
             (", re-parse" if self.flavor else "") + ", rename, fsync the directory)"
+
+    def check(self, tx) -> None:
+        """Its directory (or the nearest one above it, when it is still to be made) takes
+        the temp file: writable, and room for `after` beside the old file."""
+        def error(why: str) -> CannotWrite:
+            return CannotWrite(f"cannot write {self.shown or self.path}: {why} ({os.path.dirname(self.path)})")
+
+        check_writable_dir(os.path.dirname(self.path) or ".", len(self.after), error)
 
     def _write(self, data: bytes, **kw) -> None:
         (self.writer or write_atomic)(self.path, data, self.flavor, **kw)
@@ -585,6 +735,11 @@ class Live(Step):
                  + [f"lxc-cgroup devices.deny '{r}'" for r in ops.deny])
         return f"change the running CT {self.change.ct}: " + "; ".join(parts)
 
+    def check(self, tx) -> None:
+        """liveplan can make this change live (ops.refuse says why not)."""
+        if self.change.ops.refuse:
+            raise BadInput(f"--live cannot do this change: {self.change.ops.refuse}")
+
     def do(self, tx) -> None:
         self.change.run()
 
@@ -619,11 +774,18 @@ class Status(Step):
     def describe(self) -> str:
         return f"note whether CT {self.ct} runs" + (" (it must: the change is made live)" if self.need_running else "")
 
-    def do(self, tx) -> None:
-        running = self.backend.status(self.transport, self.ct) == "running"
+    def _refuse_unless(self, running: bool) -> None:
         if self.need_running and not running:
             raise Refused(f"CT {self.ct} is not running: --live changes a running container; "
                           "apply without --live (nothing changed)")
+
+    def check(self, tx) -> None:
+        if self.need_running:
+            self._refuse_unless(self.backend.status(self.transport, self.ct) == "running")
+
+    def do(self, tx) -> None:
+        running = self.backend.status(self.transport, self.ct) == "running"
+        self._refuse_unless(running)
         # force_start: a rollback after an apply was killed between stop and start
         tx.state["was_running"] = running or bool(tx.state.get("force_start"))
         tx.base["was_running"] = tx.state["was_running"]
@@ -631,9 +793,10 @@ class Status(Step):
 
 @dataclass
 class Verify(Step):
-    """check() -> problems (findings or strings): any error fails the transaction."""
+    """problems() -> findings or strings: any error fails the transaction. (Its
+    check(), check mode's, has nothing to test: verifying is what the run does.)"""
 
-    check: Callable[[], list]
+    problems: Callable[[], list]
     what: str = "verify: probe inside and compare with the planned config"
     event: str | None = None
     reached: str | None = "verified"
@@ -645,7 +808,7 @@ class Verify(Step):
         return self.what
 
     def do(self, tx) -> None:
-        problems = [p for p in self.check() if not isinstance(p, Finding) or p.severity == "error"]
+        problems = [p for p in self.problems() if not isinstance(p, Finding) or p.severity == "error"]
         self._result["problems"] = [p if isinstance(p, str) else f"{p.code} {p.message}" for p in problems]
         if problems:
             raise ApplyFailed("verify failed: " + "; ".join(self._result["problems"]))
@@ -687,6 +850,40 @@ class Run(Step):
         return None
 
 
+@dataclass(frozen=True)
+class Verdict:
+    """What check mode found (Transaction.check()): ok, or the first step whose
+    precondition fails (`step`: its describe()) and the error the real run raises
+    there (`error`, whose exit_code the run would exit with). steps: describe_steps().
+
+        Verdict(ok=True, steps=("lock ...", "check ... digest 923f005d1757", ...))
+        Verdict(ok=False, steps=(...), step="refuse on 'lock:'; ...", error=Refused("CT 200 is locked ..."))
+    """
+
+    ok: bool
+    steps: tuple[str, ...] = ()
+    step: str | None = None
+    error: LxcfixError | None = None
+
+    @property
+    def exit_code(self) -> int:
+        """What the real run would exit with before acting: 0 when it would go ahead."""
+        return 0 if self.ok or self.error is None else int(self.error.exit_code)
+
+    @property
+    def message(self) -> str | None:
+        return None if self.error is None else str(self.error)
+
+    def raise_error(self) -> None:
+        """Raise what the real run would (nothing when ok)."""
+        if self.error is not None:
+            raise self.error
+
+    def to_json(self) -> dict:
+        return {"ok": self.ok, "step": self.step, "exit_code": self.exit_code, "error": self.message,
+                "error_class": type(self.error).__name__ if self.error is not None else None}
+
+
 @dataclass
 class TxResult:
     reached: str
@@ -720,6 +917,7 @@ class Transaction(Step):
         self.state = state if state is not None else {}
         self.done: list[Step] = []
         self.reached = None
+        self._journal_checked = False
 
     # -- journal and checkpoints
 
@@ -756,14 +954,51 @@ class Transaction(Step):
             out += s.describe_steps() if isinstance(s, Transaction) else [s.describe()]
         return out
 
-    def run(self) -> TxResult:
+    def check_step(self, step: Step) -> None:
+        """One step's precondition (and, before its first journaled event, the journal's)."""
+        step.check(self)
+        if step.event is not None and self.journal is not None and not self._journal_checked:
+            self.journal.check()
+            self._journal_checked = True
+
+    def check(self, tx: "Transaction | None" = None) -> Verdict | None:
+        """Check mode: every step's check(), in order, nothing done; the first failure is
+        the verdict, with the error run() raises at that step (an exception nobody
+        expected: the StateError run() makes of it). As a step of another transaction
+        (tx given), its steps' checks, raising."""
+        if tx is not None:
+            for step in self.steps:
+                step.check(self) if isinstance(step, Transaction) else self.check_step(step)
+            return None
+        self.checkpoint_at("planned")
+        steps = tuple(self.describe_steps())
+        self._journal_checked = False
+        for step in self.steps:
+            try:
+                step.check(self) if isinstance(step, Transaction) else self.check_step(step)
+            except LxcfixError as e:
+                return Verdict(False, steps, step.describe(), e)
+            except Exception as e:
+                return Verdict(False, steps, step.describe(), self._before_any_change(e))
+        return Verdict(True, steps)
+
+    def _before_any_change(self, e: BaseException) -> StateError:
+        why = f"{type(e).__name__}: {e}"
+        return StateError(f"{self.what} failed before changing anything: {why}; nothing changed")
+
+    def run(self, tx: "Transaction | None" = None) -> TxResult:
+        """Check first (the very check() check mode runs: a precondition that fails raises
+        its error before anything is done), then the steps. As a step of another
+        transaction (tx given), that one's check() covered this one's steps."""
+        if tx is None:
+            self.check().raise_error()
         step_name = "start"
         try:
             for step in self.steps:
                 step_name = step.reached or step.event or type(step).__name__.lower()
                 self.done.append(step)  # before it runs: a step that fails halfway is undone too
                 if isinstance(step, Transaction):
-                    step.run()
+                    step.run(self)
                 else:
                     step.do(self)
                 if step.event is not None:
@@ -800,7 +1035,7 @@ class Transaction(Step):
             self.done = []
             if isinstance(e, (LxcfixError, KeyboardInterrupt)):
                 raise e
-            raise StateError(f"{self.what} failed before changing anything: {why}; nothing changed") from None
+            raise self._before_any_change(e) from None
         if isinstance(failed, Transaction) and not failed.done:
             self.done.pop()  # it rolled itself back already
         self._record("failed", step=step, error=why)
@@ -855,6 +1090,6 @@ class Transaction(Step):
 __all__ = [
     "ENDS", "runs", "new_tx_id",
     "Backup", "Backups", "Expect", "Journal", "Live", "Lock", "Restart", "Run", "StateDir", "Status", "Step",
-    "Transaction", "TxResult", "UndoFailed", "Verify", "Write", "read_file", "remove_stale_temps",
+    "Transaction", "TxResult", "UndoFailed", "Verdict", "Verify", "Write", "read_file", "remove_stale_temps",
     "wait_until", "write_atomic",
 ]
