@@ -9,13 +9,14 @@ repair.py's flows; nothing here prints or exits.
     api.scan()                           -> the `lxcfix scan --json` document (schema 1), running CTs probed
     api.scan(cts=["200"], probe=False, root="/tmp/snap")
     api.pending()                        -> ["200", "201"]: the containers whose plan changes something
-    api.fix("200", check=True)           # check mode: the same plan and steps, nothing written or restarted
+    api.fix("200", check=True)           # check mode: the same plan and transaction, checked, nothing done
     -> {"ct": "200", "host": "localhost", "path": "/etc/pve/lxc/200.conf", "check": True,
         "changed": True, "before": b"arch: amd64\\n...", "after": b"arch: amd64\\n...dev0: ...\\n",
         "diff": "--- a/etc/pve/lxc/200.conf\\n+++ ...", "style": "devn", "style_reason": "...",
         "status": "running", "live": False, "restarted": True, "restart_required": False,
         "backup_file": None, "verified": False, "step_reached": None,
         "steps": ["lock /run/lock/lxc/pve-config-200.lock", "..."],
+        "verdict": {"ok": True, "step": None, "exit_code": 0, "error": None, "error_class": None},
         "findings": [{"code": "LXF101", "severity": "error", "message": "...", ...}]}
     api.fix("200", check=False)          # applies: backup_file, step_reached "verified", verified True
 
@@ -33,6 +34,15 @@ What the fields mean:
   device program show none of the problems the plan was for (False in check
   mode, and where no verify runs: a snapshot, or restart=False).
 - findings: the container's findings before the change, as `--json` shows them.
+- verdict: in check mode, what the transaction's check (Transaction.check())
+  found before acting (None otherwise); when it fails, fix raises its error.
+
+Check mode is the apply's own transaction checked, step by step, without its
+effects (transaction.py): a locked config, a config changed since the plan, a
+state dir that is full, read-only or a symlink, a live change that cannot be made
+live or a stopped container for it raise the same error, with the same exit_code,
+with check=True as with check=False, and nothing is written, locked, backed up or
+restarted.
 
 Errors are LxcfixError (errors.py; also api.LxcfixError), each with its
 exit_code: BadInput (2, nothing changed; also a locked config, or a live
@@ -45,7 +55,7 @@ config and container are in).
 from __future__ import annotations
 
 from . import __version__, report, repair
-from .errors import BadInput, LxcfixError, Refused
+from .errors import BadInput, LxcfixError
 
 API_VERSION = 1
 
@@ -101,8 +111,9 @@ def fix(ct: str, *, style: str = "auto", live: bool = False, restart: bool = Tru
         root: str | None = None) -> dict:
     """Plan one container's repair and, unless check, apply it as `lxcfix apply
     --yes` does (backup, atomic write, restart or --live, verify, roll back on
-    failure). check=True runs nothing but the plan: the result says what would
-    change and the steps it would take. See the module docstring for the fields."""
+    failure). check=True checks that transaction and does nothing: the result says
+    what would change and the steps it would take, or it raises what the apply would
+    raise before acting. See the module docstring for the fields."""
     if root is not None and live:
         raise BadInput("live changes a running container: not with a snapshot (root)")
     target = repair.open_target(root)
@@ -115,23 +126,21 @@ def fix(ct: str, *, style: str = "auto", live: bool = False, restart: bool = Tru
         "ct": c.ct, "host": c.host, "path": c.path, "check": check, "changed": not p.is_empty,
         "before": p.before, "after": p.after, "diff": p.diff(), "style": p.style, "style_reason": p.style_reason,
         "status": status, "live": live, "restarted": False, "restart_required": False, "backup_file": None,
-        "verified": False, "step_reached": None, "steps": [],
+        "verified": False, "step_reached": None, "steps": [], "verdict": None,
         "findings": [f.to_json() for f in report.sort_findings(c.findings)],
     }
     if p.is_empty:
         return out
-    if p.lock:  # what the apply's preflight refuses, said in check mode too
-        raise Refused(f"CT {ct} is locked ({p.lock}): refusing to edit {p.path}; nothing changed")
-    if live and not running:
-        raise Refused(f"CT {ct} is not running: a live change needs a running container; "
-                      "fix it without live (nothing changed)")
     tx = repair.apply_transaction(target, c, rep.facts, restart=restart, live=live)
     out["steps"] = tx.describe_steps()
     out["restarted"] = running and restart and not live
     out["restart_required"] = running and not restart and not live
     if check:
+        verdict = tx.check()
+        out["verdict"] = verdict.to_json()
+        verdict.raise_error()  # what the apply raises before acting
         return out
-    result = tx.run()
+    result = tx.run()  # which begins with the same check
     out["backup_file"] = result.state.get("backup")
     out["verified"] = result.verified
     out["step_reached"] = result.reached

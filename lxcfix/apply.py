@@ -3,7 +3,7 @@ lock -> preflight -> digest -> note if it runs -> backup -> write -> restart
 (or the live change) -> verify; undone in reverse on any failure.
 
     applier = Applier(Host(local_path, transport, backend), "200", state_dir("/"), "pve", lock_path)
-    applier.transaction(plan, restart=True, verify=check).describe_steps()   # --dry-run
+    applier.transaction(plan, restart=True, verify=check).check()   # check mode: a Verdict, nothing done
     applier.apply(plan, restart=True, verify=check)
         -> ApplyResult(step_reached="verified", backup_path=".../200/20261130T190301Z-3f2a....conf",
                        verified=True, rolled_back=False)
@@ -69,12 +69,15 @@ class Preflight(Step):
     def describe(self) -> str:
         return "refuse on 'lock:'; snapshot and pending sections must stay byte-identical"
 
-    def do(self, tx) -> None:
+    def check(self, tx) -> None:
         if self.plan.lock:
             raise Refused(f"CT {self.plan.ct} is locked ({self.plan.lock}): refusing to edit {self.plan.path}; "
                           "nothing changed")
         if ctconfig.sections_tail(self.plan.before, self.flavor) != ctconfig.sections_tail(self.plan.after, self.flavor):
             raise ApplyFailed("internal error: the plan touches a snapshot or pending section; nothing written")
+
+    def do(self, tx) -> None:
+        self.check(tx)
 
 
 @dataclass
@@ -174,7 +177,7 @@ class Applier:
 
     def transaction(self, plan: Plan, *, restart: bool = True, verify: Verify_ | None = None,
                     live: LiveOps | None = None) -> Transaction:
-        """The steps this apply takes; `--dry-run` prints them, apply() runs them."""
+        """The steps this apply takes; check mode (`--dry-run`) checks them, apply() runs them."""
         path = self.host.local_path(plan.path)
         t, b = self.host.transport, self.host.backend
         steps: list[Step] = [Lock(self.lock_path)] if self.lock_path else []

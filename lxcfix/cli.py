@@ -197,6 +197,16 @@ def _print_steps(title: str, steps: list[str]) -> None:
         say(f"  {i}. {s}")
 
 
+def _print_verdict(command: str, verdict) -> None:
+    """Check mode's verdict (Transaction.check()): go ahead, or the step the real run stops at
+    and its error, which the caller then raises (the real run's exit code)."""
+    if verdict.ok:
+        say(f"check: every step's precondition holds: {command} would go ahead", "green")
+        return
+    n = verdict.steps.index(verdict.step) + 1 if verdict.step in verdict.steps else "?"
+    say(f"check: {command} would stop at step {n} ({verdict.step}), exit {verdict.exit_code}", "yellow")
+
+
 def _json(doc: dict) -> None:
     # Indented for a person at a terminal; compact otherwise (json's C encoder
     # only runs without indent: 10,000 containers print 5x faster).
@@ -419,7 +429,9 @@ def plan(
                  "edit a copy of a snapshot (the checkout stays clean)"))
 def apply(
     ct: str = CtOpt, host: Optional[List[str]] = HostOpt, root: Optional[str] = RootOpt,
-    dry_run: bool = typer.Option(False, "--dry-run", help="Show the diff and the steps; change nothing."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Check mode: show the diff and the steps, and check "
+                                 "every step's precondition as the apply would (exit 1: it would go ahead; "
+                                 "2 or 3: the error the apply would stop with); change nothing."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask."),
     no_restart: bool = typer.Option(False, "--no-restart", help="Write the config only."),
     live: bool = typer.Option(False, "--live", help="Fix the running container in place, without a restart."),
@@ -444,6 +456,9 @@ def apply(
         _print_steps("steps apply would take", tx.describe_steps()
                      + ["on failure: undo the steps done, in reverse (restore the backup, restart or undo the "
                         "live change), exit 4"])
+        verdict = tx.check()  # check mode: the apply's own preconditions, nothing done
+        _print_verdict("apply", verdict)
+        verdict.raise_error()
         return Applied(None, dry_run=True, pending=True)
     if not yes:
         _confirm(f"apply this change to CT {ct}?")
@@ -594,7 +609,8 @@ def _print_change(i, pad: str) -> None:
                  "lxcfix host-fix --gpu 0 --gpu 1 --yes", "only these GPUs' nodes"))
 def host_fix(
     root: Optional[str] = RootOpt, host: Optional[List[str]] = HostOpt,
-    dry_run: bool = typer.Option(False, "--dry-run", help="Show the unit and the steps; change nothing."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Check mode: show the unit and the steps, and check "
+                                 "every step's precondition as the install would; change nothing."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask."),
     no_enable: bool = typer.Option(False, "--no-enable", help="Install the unit without enabling it."),
     now: bool = typer.Option(False, "--now", help="Also start it now."),
@@ -612,8 +628,12 @@ def host_fix(
         say(f"note: {n}", "dim", err)
     _print_diff(plan.diff())
     if dry_run:
-        _print_steps("steps host-fix would take", hostfix.host_unit_steps(target, plan, enable=not no_enable, now=now)
+        tx = hostfix.host_unit_transaction(target, plan, enable=not no_enable, now=now)
+        _print_steps("steps host-fix would take", tx.describe_steps()
                      + ["on failure: restore the old unit (or remove the new one), undo the enable, reload; exit 4"])
+        verdict = tx.check()
+        _print_verdict("host-fix", verdict)
+        verdict.raise_error()
         return Applied(None, dry_run=True, pending=not plan.is_empty)
     if not plan.is_empty and not yes:
         _confirm(f"install {plan.path}?")

@@ -7,6 +7,7 @@ autostarted containers come up without it (or refuse to start).
     plan == Plan(ct="host", path="/etc/systemd/system/lxcfix-nvidia-nodes.service",
                  before=b"", after=b"# Written by lxcfix ...[Unit]...", style="systemd-unit", ...)
     host_unit_steps(target, plan, enable=True)            # what apply would do (for --dry-run)
+    host_unit_transaction(target, plan).check()           # --dry-run's verdict: Verdict(ok=True, ...)
     apply_host_unit(target, plan, enable=True)            # -> ApplyResult(step_reached="enabled", ...)
 
 apply_host_unit runs one Transaction (transaction.py), as the container flow
@@ -32,10 +33,10 @@ from dataclasses import dataclass
 
 from . import ctconfig, render
 from .apply import state_dir as state_dir_of
-from .errors import ApplyFailed, BadInput, Refused
+from .errors import ApplyFailed, BadInput
 from .model import ApplyResult, HostFacts, Plan, Result
 from .transaction import (
-    Backup, Backups, Expect, Journal, Lock, Run, StateDir, Step, Transaction, UndoFailed, Write, read_file,
+    Backup, Backups, Expect, Journal, Lock, Run, StateDir, Step, Transaction, UndoFailed, Write,
 )
 from .transport import Local, env_path
 
@@ -288,14 +289,13 @@ def apply_host_unit(target, plan: Plan, *, enable: bool = True, now: bool = Fals
     local, live, default_runner, _ = _target_parts(target)
     runner = runner or default_runner
     sd = systemd_for(os.path.dirname(local(plan.path)), live)
-    if plan.is_empty and (not enable or (sd.mode != "none" and
-                                         runner.run(sd.systemctl("is-enabled", "--quiet", UNIT_NAME), timeout=60).ok)):
-        if ctconfig.digest(read_file(local(plan.path)) or b"") != plan.digest:
-            raise Refused(f"{plan.path} changed since it was planned; nothing written, re-run to re-plan")
-        return ApplyResult("nothing-to-do", None, True, False, f"{plan.path} is up to date")
     tx = host_unit_transaction(target, plan, enable=enable, now=now, state_dir=state_dir, runner=runner,
                                verify=verify)
-    result = tx.run()
+    if plan.is_empty and (not enable or (sd.mode != "none" and
+                                         runner.run(sd.systemctl("is-enabled", "--quiet", UNIT_NAME), timeout=60).ok)):
+        tx.check().raise_error()  # nothing to do, if the unit is still what was planned (and the lock is free)
+        return ApplyResult("nothing-to-do", None, True, False, f"{plan.path} is up to date")
+    result = tx.run()  # which begins with tx.check(), what --dry-run shows
     if plan.is_empty:
         return ApplyResult("enabled", None, False, False, f"{UNIT_NAME} enabled")
     return ApplyResult(result.reached, result.state.get("backup"), bool(result.state.get("verified")), False,

@@ -218,13 +218,11 @@ def live_ops(target: Target, c: CtReport, facts: HostFacts | None = None) -> "Li
 
 def apply_transaction(target: Target, c: CtReport, facts: HostFacts | None = None, *, restart: bool = True,
                       live: bool = False, ops: "LiveOps | None" = None) -> "Transaction":
-    """The one transaction `apply` runs and `apply --dry-run` prints."""
+    """The one transaction `apply` runs and `apply --dry-run` checks (Transaction.check())."""
     if live:
         if not target.live:
             raise BadInput("--live changes a running container: not with --root")
-        ops = ops or live_ops(target, c)
-        if ops.refuse:
-            raise BadInput(f"--live cannot do this change: {ops.refuse}")
+        ops = ops or live_ops(target, c)  # a change it cannot make live: its Live step's check refuses
         pid = target.backend.init_pid(target.transport, c.ct)
 
         def pid_unchanged() -> list[Finding]:

@@ -22,8 +22,8 @@ PURE = (
 IO_MODULES = (
     "subprocess", "socket", "multiprocessing", "paramiko", "fabric", "invoke",
     "lxcfix.transport", "lxcfix.ssh", "lxcfix.gather", "lxcfix.observe", "lxcfix.scan", "lxcfix.fleet",
-    "lxcfix.apply", "lxcfix.transaction", "lxcfix.backends", "lxcfix.repair", "lxcfix.cli", "lxcfix.hook",
-    "lxcfix.hostfix", "lxcfix.api",
+    "lxcfix.apply", "lxcfix.transaction", "lxcfix.steps", "lxcfix.atomicfile", "lxcfix.backends", "lxcfix.repair",
+    "lxcfix.cli", "lxcfix.hook", "lxcfix.hostfix", "lxcfix.api",
 )
 PROBE = """
 import json, sys

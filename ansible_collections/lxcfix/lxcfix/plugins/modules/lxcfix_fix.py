@@ -18,7 +18,10 @@ description:
     directory), write it atomically, restart the container if it ran (or, with O(live), change the running container
     in place), verify by probing inside, and roll back on any failure.
   - In check mode nothing is written, locked, backed up or restarted; the result says what would change, with the
-    same diff and the steps the apply would take.
+    same diff and the steps the apply would take. Check mode checks each step's precondition as the apply does
+    before acting (C(lock:), the config lock, the config unchanged since the plan, the state dir usable and with
+    room, the change possible live with O(live)), and fails the task with the apply's own message and RV(exit_code)
+    where the apply would refuse.
   - Idempotent - a container whose plan is empty is not touched and reports C(changed=false), so a second run
     reports C(changed=false).
   - A failure after the write is rolled back (the old config restored, the container restarted with it) and fails
