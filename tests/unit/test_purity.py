@@ -23,7 +23,7 @@ IO_MODULES = (
     "subprocess", "socket", "multiprocessing", "paramiko", "fabric", "invoke",
     "lxcfix.transport", "lxcfix.ssh", "lxcfix.gather", "lxcfix.observe", "lxcfix.scan", "lxcfix.fleet",
     "lxcfix.apply", "lxcfix.transaction", "lxcfix.backends", "lxcfix.repair", "lxcfix.cli", "lxcfix.hook",
-    "lxcfix.hostfix", "lxcfix.api",
+    "lxcfix.hostfix", "lxcfix.api", "lxcfix.inventory_io",
 )
 PROBE = """
 import json, sys
