@@ -34,6 +34,9 @@ WATCHED = frozenset({
     "socket.gethostbyname", "socket.gethostbyaddr",
 })
 _STDLIB = os.path.dirname(os.__file__) + os.sep
+# pytest's own frames are outside every test: meeting one first, the walk is over (and short).
+_RUNNER = tuple(os.path.dirname(os.path.abspath(m.__file__)) + os.sep
+                for m in (__import__("_pytest"), __import__("pluggy")))
 # Python reading its own source: imports and tracebacks.
 _PYTHON_READS = (os.path.join(_STDLIB, "importlib") + os.sep, os.path.join(_STDLIB, "linecache.py"),
                  os.path.join(_STDLIB, "zipimport.py"), os.path.join(_STDLIB, "pkgutil.py"))
@@ -59,7 +62,7 @@ class Guard:
         self.allowed.add((os.path.abspath(path), function))
 
     def _kind(self, filename: str) -> str:
-        """"python" (import machinery, linecache), "project" (lxcfix, tests), "other", or the
+        """"python" (import machinery, linecache, pytest itself), "project" (lxcfix, tests), "other", or the
         name of the pure module; cached by the code object's file name, as written."""
         kind = self._kinds.get(filename)
         if kind is None:
@@ -67,21 +70,22 @@ class Guard:
                 kind = "python"
             else:
                 path = os.path.abspath(filename)
-                kind = ("python" if path.startswith(_PYTHON_READS) else self.pure.get(path) or
+                kind = ("python" if path.startswith(_PYTHON_READS + _RUNNER) else self.pure.get(path) or
                         ("project" if path.startswith(PROJECT) else "other"))
             self._kinds[filename] = kind
         return kind
 
-    def hook(self, event: str, args: tuple) -> None:
+    def hook(self, event: str, args: tuple, _getframe=sys._getframe) -> None:
         if event not in WATCHED or not self.active:
             return
-        frame = sys._getframe(1)
-        while frame is not None:
-            code = frame.f_code
-            kind = self._kind(code.co_filename)
+        kinds = self._kinds
+        frame = _getframe(1)
+        while frame is not None:  # the common case, frames outside the project, kept tight
+            kind = kinds.get(frame.f_code.co_filename) or self._kind(frame.f_code.co_filename)
             if kind == "other":
                 frame = frame.f_back
                 continue
+            code = frame.f_code
             if kind not in ("python", "project") and (os.path.abspath(code.co_filename), code.co_name) not in self.allowed:
                 what = args[0] if args else ""
                 self.seen.append(f"{event} {what!r:.120} from {kind}.{code.co_name} "
