@@ -131,7 +131,7 @@ def main() -> int:
     sys.path.insert(0, str(REPO))
 
     from lxcfix import fleet
-    from lxcfix.inventory import load_file
+    from lxcfix.inventory_io import load_file
     from tests.real import harness
     from tests.real.sshd import Keys, Sshd, write_known_hosts
 

@@ -276,9 +276,9 @@ class FleetRequest:
 
 def _fleet(req: FleetRequest, show_progress: bool) -> list[HostReport]:
     """Scan an inventory over SSH; a progress bar on a terminal (stderr, so stdout stays clean)."""
-    from . import inventory
+    from . import inventory_io
 
-    entries = inventory.load_file(req.inventory).select(list(req.hosts))  # bad input first: nothing reached yet
+    entries = inventory_io.load_file(req.inventory).select(list(req.hosts))  # bad input first: nothing reached yet
     if not entries:
         raise BadInput(f"{req.inventory}: no host matches {', '.join(req.hosts) or 'the inventory'}")
     from rich.progress import Progress  # the SSH stack and the progress bar only for an inventory that reads

@@ -359,24 +359,49 @@ def _add_rank(edit) -> int:
     return 2 if is_devn_key(key) else 3
 
 
-def apply_edits(cfg: CtConfig, edits) -> CtConfig:
-    """The config with these model.Edit's made, every index being one of `cfg`.
-    Line edits go bottom up, so the indexes stay valid; then the adds, each next
-    to its kind. The same edit twice counts once (two fixes often need the same
-    rule: nvidia-uvm and nvidia-uvm-tools share `c 511:* rwm`); two different
-    edits of one line are a ValueError (plan.py never makes them)."""
-    unique = list(dict.fromkeys(edits))
+class Applied(NamedTuple):
+    """What `apply_groups` made: the new config, and which groups (by position) went in
+    and which were left out because an edit of theirs overlaps one made before."""
+
+    config: CtConfig
+    applied: tuple[int, ...]
+    skipped: tuple[int, ...]
+
+
+def _check_index(cfg: CtConfig, e) -> None:
+    if e.index is None or not 0 <= e.index < len(cfg.lines) or cfg.lines[e.index].section is not MAIN:
+        raise ValueError(f"edit of line {e.index}: not a main-section line")
+
+
+def apply_groups(cfg: CtConfig, groups) -> Applied:
+    """Make each group of model.Edit's (one fix's edits) whole or not at all, in order,
+    every index being one of `cfg`: ruff's `apply_fixes`. A group with an edit of a line
+    that an earlier group (or the group itself) edits differently overlaps it and is left
+    out, whole, so no fix is half made; the planner checks the result again, and the fix
+    left out comes back, computed on the new config, in the next round. The same edit
+    twice counts once (two fixes often need the same rule: nvidia-uvm and nvidia-uvm-tools
+    share `c 511:* rwm`); adds never overlap (each goes next to its kind when made).
+    An index outside the main section is a ValueError: a bug, not an overlap."""
     at: dict[int, object] = {}
-    adds = []
-    for e in unique:
-        if e.op == "add":
-            adds.append(e)
+    adds: dict = {}  # ordered, each once
+    applied: list[int] = []
+    skipped: list[int] = []
+    for n, group in enumerate(groups):
+        mine: dict[int, object] = {}
+        clash = False
+        for e in dict.fromkeys(group):
+            if e.op == "add":
+                continue
+            _check_index(cfg, e)
+            if at.get(e.index, e) != e or mine.get(e.index, e) != e:
+                clash = True
+            mine[e.index] = e
+        if clash:
+            skipped.append(n)
             continue
-        if e.index is None or not 0 <= e.index < len(cfg.lines) or cfg.lines[e.index].section is not MAIN:
-            raise ValueError(f"edit of line {e.index}: not a main-section line")
-        if e.index in at:
-            raise ValueError(f"two different edits of line {e.index + 1}")
-        at[e.index] = e
+        at.update(mine)
+        adds.update((e, None) for e in group if e.op == "add")
+        applied.append(n)
     new = cfg
     for index in sorted(at, reverse=True):
         e = at[index]
@@ -390,7 +415,16 @@ def apply_edits(cfg: CtConfig, edits) -> CtConfig:
     for e in sorted(adds, key=_add_rank):
         for key, value in e.lines:
             new = add(new, key, value, near=e.near)
-    return new
+    return Applied(new, tuple(applied), tuple(skipped))
+
+
+def apply_edits(cfg: CtConfig, edits) -> CtConfig:
+    """The config with these model.Edit's made, every index being one of `cfg`.
+    Line edits go bottom up, so the indexes stay valid; then the adds, each next
+    to its kind. The same edit twice counts once; of two different edits of one
+    line the first is made and the later one skipped (`apply_groups`, each edit
+    its own group, says which)."""
+    return apply_groups(cfg, [(e,) for e in edits]).config
 
 
 def describe_edit(cfg: CtConfig, edit) -> list[str]:

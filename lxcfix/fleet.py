@@ -1,6 +1,6 @@
 """Many hosts at once: an inventory in, one HostReport per host out, in inventory order.
 
-    inv = inventory.load_file("inventory/prod.yaml")
+    inv = inventory_io.load_file("inventory/prod.yaml")
     reports = scan_fleet(inv.hosts, concurrency=8, per_host=4, progress=bar.update)
     reports[2] == HostReport(host="pve3", backend="unknown", facts=None, error="connection refused ...",
                              findings=(Finding("LXF301", "error", ct="", message="connection refused ...", host="pve3"),))

@@ -1,7 +1,8 @@
 """Ansible inventories (YAML, or the JSON `ansible-inventory --list` prints) -> the hosts a
-fleet scan visits. Pure: text in, data out.
+fleet scan visits. Pure: text in, data out (inventory_io.load_file reads a file or
+standard input, bounded, and hands its bytes to load_bytes).
 
-    inv = load(text, "inventory/prod.yaml")            # or load_json(text, name); load_file(path | "-")
+    inv = load(text, "inventory/prod.yaml")            # or load_json(text, name); load_bytes(data, name)
     inv.hosts[0] == HostEntry(name="pve1", address="10.0.0.11", port=22, user="root",
                               containers=None, backend="pve", groups=("all", "proxmox", "gpu"), ...)
     inv.select(["gpu"])   -> the HostEntry of every host in group gpu (host names work too)
@@ -66,7 +67,6 @@ import difflib
 import json
 import posixpath
 import re
-import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -317,17 +317,10 @@ def check_var(name: str, value: Any, err: Err) -> Any:
 # ----------------------------------------------------------------- loading
 
 
-def load_file(path: str) -> Inventory:
-    """Read path ("-": standard input) and load it: JSON when it starts with `{`, else YAML.
-    An unreadable, non-UTF-8 or oversized file is a BadInput too."""
-    filename = "<stdin>" if path == "-" else path
-    try:
-        if path == "-":
-            data = sys.stdin.buffer.read(MAX_INVENTORY_BYTES + 1)
-        else:
-            data = _read_bounded(path, MAX_INVENTORY_BYTES + 1)
-    except (OSError, ValueError, AttributeError) as e:  # ValueError, AttributeError: stdin closed or absent
-        raise BadInput(f"{filename}: cannot read inventory: {getattr(e, 'strerror', None) or e}") from None
+def load_bytes(data: bytes, filename: str) -> Inventory:
+    """An inventory file's bytes (inventory_io.load_file reads them, or standard input) ->
+    Inventory: JSON when it starts with `{`, else YAML. Non-UTF-8 or oversized bytes are a
+    BadInput too."""
     if len(data) > MAX_INVENTORY_BYTES:
         raise _too_big(filename)
     try:
@@ -344,41 +337,6 @@ def load_file(path: str) -> Inventory:
             return load(text, filename)
         except _SyntaxError:
             raise json_error from None
-
-
-def _read_bounded(path: str, limit: int, wait: float = 60.0) -> bytes:
-    """At most `limit` bytes of the file at `path`, opened without blocking: a regular file or a
-    character device (/dev/zero reads as "too big"); a pipe or FIFO (`--inventory <(cmd)`) only
-    for `wait` seconds, so one nobody writes to ends the read instead of hanging it (no writer
-    at all: it is empty). A directory, socket or block device is refused."""
-    import errno
-    import os
-    import select
-    import stat
-    import time
-
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-    try:
-        mode = os.fstat(fd).st_mode
-        pipe = stat.S_ISFIFO(mode)
-        if not (stat.S_ISREG(mode) or stat.S_ISCHR(mode) or pipe):
-            raise OSError(errno.EINVAL, "not a regular file")
-        deadline = time.monotonic() + wait
-        chunks, size = [], 0
-        while size < limit:
-            try:  # a FIFO with no writer reads as its end at once; one with a writer may make us wait
-                chunk = os.read(fd, min(1 << 20, limit - size))
-            except BlockingIOError:
-                if not select.select([fd], [], [], max(0.0, deadline - time.monotonic()))[0]:
-                    raise OSError(errno.ETIMEDOUT, f"nothing more came within {wait:g}s") from None
-                continue
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
 
 
 def load(text: str, filename: str = "<inventory>") -> Inventory:
@@ -436,7 +394,7 @@ def _too_deep(filename: str) -> BadInput:
 
 
 class _SyntaxError(BadInput):
-    """Not JSON (load_file then tries YAML before reporting it), or not YAML."""
+    """Not JSON (load_bytes then tries YAML before reporting it), or not YAML."""
 
 
 class _LongNumber(ValueError):

@@ -10,7 +10,10 @@ the rules mark as the plan's to make (applicability safe or needs-restart),
 the lowest phase first (cgroup v1 keys become v2 keys before anything else is
 added), checks the container again, and goes on until a check finds nothing
 left to apply: the stability test black and ruff make, so applying the plan
-and planning again gives nothing. What the fixes do: stale majors are moved in
+and planning again gives nothing. Two fixes that edit one line differently
+never make a plan fail: the later one is left out of that round (ctconfig.
+apply_groups) and, computed again on the new config, made in the next; one
+whose own edits overlap stays a finding. What the fixes do: stale majors are moved in
 place, missing allow rules (and mount entries for allowed-but-not-passed
 devices) are added next to lines of their kind; in the devn style a broken
 bind mount becomes a devN entry. Asked for explicitly, `devn` and `path` also
@@ -26,7 +29,7 @@ from .model import Finding, Fix, HostFile, HostFacts, Plan
 from .rules import Context, access, allowlist, hygiene, run_rules
 
 ALLOW = "lxc.cgroup2.devices.allow"
-MAX_ROUNDS = 4  # phase 0, phase 1, and room for a fix that uncovers another
+MAX_ROUNDS = 8  # phase 0, phase 1, and room for fixes that uncover another or wait for an overlapping one
 # The rule families whose fixes the plan applies: the only ones a re-check needs
 # (what the probe saw, the lock, the live program: none of them the plan's to fix).
 FIXING = (allowlist, hygiene, access)
@@ -54,15 +57,23 @@ def make_plan_in(ctx: Context, requested: str = "auto") -> tuple[Plan, Context]:
     findings = run_rules(ctx)
     original = ctx.config
     applied: list[Fix] = []
+    stuck: set[Fix] = set()  # fixes whose own edits overlap: never made, they stay findings
     now, now_found = ctx, findings
     for _ in range(MAX_ROUNDS):
-        todo = applicable(now, now_found)
+        todo = [f for f in applicable(now, now_found) if f not in stuck]
         if not todo:
             break
         phase = min(f.phase for f in todo)
         batch = [f for f in todo if f.phase == phase]
-        now = now.with_config(ctconfig.apply_edits(now.config, [e for f in batch for e in f.edits]))
-        applied += batch
+        made = ctconfig.apply_groups(now.config, [f.edits for f in batch])
+        # A fix that overlaps one made before it waits: the re-check computes it again on the
+        # new config, and the next round makes it (ruff's fix loop). One that overlaps itself
+        # can never be made: it stays a finding, shown with its fix.
+        stuck.update(batch[i] for i in made.skipped if ctconfig.apply_groups(now.config, [batch[i].edits]).skipped)
+        if not made.applied:
+            continue
+        now = now.with_config(made.config)
+        applied += [batch[i] for i in made.applied]
         now_found = run_rules(now, FIXING)
     else:
         raise PlanUnstable(f"CT {ctx.ct}: planning the planned config still changes it "

@@ -52,11 +52,33 @@ def _templates() -> str:
     return os.path.join(top, "templates")
 
 
+# The one read a pure module makes, declared (tests/unit/purity_guard.py allows exactly this
+# function): every template, once, at first use; from then on rendering reads nothing.
+READS_AT_FIRST_USE = ("_read_templates",)
+
+
+@functools.lru_cache(maxsize=1)
+def _read_templates() -> dict[str, str]:
+    """{relative name: text} of every template file (not the package's own .py files)."""
+    root = _templates()
+    out: dict[str, str] = {}
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        for file in sorted(files):
+            if file.endswith((".py", ".pyc")):
+                continue
+            path = os.path.join(folder, file)
+            try:
+                with open(path, encoding="utf-8") as f:
+                    out[os.path.relpath(path, root).replace(os.sep, "/")] = f.read()
+            except (OSError, UnicodeDecodeError):
+                continue
+    return out
+
+
 def _load(name: str):
-    try:
-        with open(os.path.join(_templates(), name), encoding="utf-8") as f:
-            text = f.read()
-    except OSError:
+    text = _read_templates().get(name)
+    if text is None:
         return None
     return text, None, lambda: True
 

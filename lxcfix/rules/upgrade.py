@@ -91,11 +91,21 @@ def cgroup_v2_view(ctx, occasion) -> list:
 
     then = replace(ctx, facts=replace(ctx.facts, cgroup_layout="v2"))
     found = allowlist.check(then) + [f for f in hygiene.check(then) if f.code == "LXF102"]
+    # The fix is the one a plan will make once the host runs cgroup v2; today's plan (this
+    # layout) makes nothing, so here it is the admin's ("manual"): `lxcfix apply` would not do it.
     return [ctx.finding(
         "LXF151",
         f"after the upgrade to Proxmox VE 9 (cgroup v2 only; this host runs {ctx.facts.cgroup_layout} now) LXC "
         f"enforces lxc.cgroup2.devices.* and ignores lxc.cgroup.devices.*: {f.message} ({f.code} then)",
-        device=f.device, evidence=f.evidence, fix=f.fix, line=f.line) for f in found]
+        device=f.device, evidence=f.evidence, fix=_after_upgrade(ctx, f.fix), line=f.line) for f in found]
+
+
+def _after_upgrade(ctx, fix):
+    if fix is None or not fix.applies:
+        return fix
+    return fix._replace(applicability="manual", notes=fix.notes + (
+        f"# lxcfix plan --ct {ctx.ct} makes this change once the host runs cgroup v2 (after the upgrade); "
+        "before it, by hand",))
 
 
 # ---------------------------------------------------------------- LXF156 / LXF157

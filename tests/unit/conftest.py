@@ -32,6 +32,29 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.corpus)
 
 
+# Call-time purity (tests/unit/purity_guard.py): every unit test fails that made one of the
+# pure modules (test_purity.PURE) open a file, start a process or make a socket.
+from .purity_guard import install as _install_purity_guard  # noqa: E402
+from .test_purity import PURE as _PURE  # noqa: E402
+
+PURITY_GUARD = _install_purity_guard(_PURE)
+
+
+@pytest.fixture(autouse=True)
+def pure_modules_do_no_io():
+    PURITY_GUARD.take()
+    PURITY_GUARD.active = True
+    try:
+        yield PURITY_GUARD
+    finally:
+        PURITY_GUARD.active = False
+    got = PURITY_GUARD.take()
+    if got:
+        pytest.fail("a pure module did I/O during this test (tests/unit/purity_guard.py):\n  "
+                    + "\n  ".join(got[:20]) + (f"\n  ... {len(got) - 20} more" if len(got) > 20 else ""),
+                    pytrace=False)
+
+
 def pytest_runtest_setup(item):
     if item.get_closest_marker("corpus") and not CORPUS.is_dir():
         pytest.skip(CORPUS_MISSING)

@@ -409,7 +409,7 @@ def test_control_bytes_in_a_config_never_reach_the_terminal_and_json_stays_exact
 
 
 def test_an_inventory_fifo_never_blocks_and_a_pipe_still_works(tmp_path):
-    from lxcfix import inventory
+    from lxcfix import inventory_io as inventory
 
     fifo = tmp_path / "inv.yaml"
     os.mkfifo(fifo)

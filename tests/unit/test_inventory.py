@@ -20,8 +20,9 @@ from hypothesis import strategies as st
 
 from lxcfix import inventory
 from lxcfix.errors import BadInput
-from lxcfix.inventory import (LXCFIX_KEYS, VALIDATORS, CtAddress, check_var, expand_range, load, load_file,
-                              load_json, parse_ct_address)
+from lxcfix.inventory import (LXCFIX_KEYS, VALIDATORS, CtAddress, check_var, expand_range, load, load_json,
+                              parse_ct_address)
+from lxcfix.inventory_io import load_file
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "inventory"
