@@ -26,8 +26,9 @@ from .errors import ApplyFailed, BadInput, Refused, RollbackFailed
 from .liveplan import LiveOps
 from .model import ApplyResult, Finding, Plan
 from .transaction import (
-    Backup, Backups, Expect, Journal, Live, Lock, Restart, StateDir, Status, Step, Transaction, Verify, Write,
+    Backend, Backup, Backups, Expect, Journal, Live, Lock, Restart, StateDir, Status, Step, Transaction, Verify, Write,
 )
+from .transport import Transport
 
 # verify() -> findings that say the container is not healthy yet
 Verify_ = Callable[[], list[Finding]]
@@ -54,8 +55,8 @@ class Host:
     --root) and how the container is driven (None for a snapshot)."""
 
     local_path: Callable[[str], str]
-    transport: object | None = None
-    backend: object | None = None
+    transport: "Transport | None" = None
+    backend: "Backend | None" = None
 
 
 @dataclass

@@ -220,8 +220,9 @@ def _group_ct(host: str, ct: str, findings: list[Finding], facts: HostFacts | No
             key(("kind", DEVICE_KIND[f.code], families[i]), i)
         if f.code in NODE_LINKED and f.device:
             key(("device", f.device), i)
-            if nodes[i] is not None:
-                key(("numbers", nodes[i].kind, nodes[i].major, nodes[i].minor), i)
+            n = nodes[i]
+            if n is not None:
+                key(("numbers", n.kind, n.major, n.minor), i)
         if _is_mismatch(f):
             key(("mismatch",), i)
         elif f.code not in NODE_LINKED and f.code not in DEVICE_KIND:
@@ -320,7 +321,7 @@ def _base(path: str) -> str:
     return path.rstrip("/").rsplit("/", 1)[-1] or path
 
 
-def _subjects(fs: list[Finding], nodes: list[_Node | None], facts: HostFacts | None, codes: set[str]) -> list[str]:
+def _subjects(fs: list[Finding], nodes: list[_Node | None], facts: HostFacts | None, codes: Iterable[str]) -> list[str]:
     """'nvidia-uvm (c 238:*)', 'nvidiactl (c 195:255)': the denied majors, by driver."""
     by_major: dict[tuple[str, int], dict[int, tuple[str, Finding]]] = {}
     for f, n in zip(fs, nodes):

@@ -28,7 +28,7 @@ import re
 import textwrap
 from dataclasses import dataclass
 
-from .model import Finding
+from .model import Finding, Severity
 
 # Measured on a real NVIDIA H200, driver 580.159.04 (open kernel module), cgroup v2: one device
 # denied at a time by a BPF device program on the process's cgroup
@@ -767,15 +767,15 @@ def record(code: str) -> Code:
         raise ValueError(f"no finding code {code!r} (a new code needs its record in lxcfix/codes.py)") from None
 
 
-def make(code: str, ct: str, message: str, *, severity: str | None = None, host: str = "localhost",
+def make(code: str, ct: str, message: str, *, severity: Severity | None = None, host: str = "localhost",
          **kw) -> Finding:
     """A Finding with its record's severity; `severity` only for one the record allows."""
     rec = record(code)
-    severity = severity or rec.severity
-    if not rec.allows(severity):
-        raise ValueError(f"{code} is {rec.severity}, not {severity} (its record's severities: "
+    said = severity or rec.severity
+    if not rec.allows(said):
+        raise ValueError(f"{code} is {rec.severity}, not {said} (its record's severities: "
                          f"{', '.join((rec.severity, *rec.severities))})")
-    return Finding(code=code, severity=severity, ct=ct, message=message, host=host, **kw)
+    return Finding(code=code, severity=said, ct=ct, message=message, host=host, **kw)  # type: ignore[arg-type]
 
 
 def must_be_absent(f: Finding, fixed: dict[str, set[str]]) -> bool:

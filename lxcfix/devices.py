@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Literal, Mapping, NamedTuple
+from typing import Any, Callable, Iterable, Literal, Mapping, NamedTuple
 
 from .model import DeviceNode, DeviceRule, HostFacts
 
@@ -173,7 +173,7 @@ class Profile:
         return module in self.out_of_tree or (self.module_prefix is not None and module.startswith(self.module_prefix))
 
 
-_NVIDIA = dict(family="nvidia", noun="the GPU", module_prefix="nvidia", dkms=("nvidia",))
+_NVIDIA: dict[str, Any] = dict(family="nvidia", noun="the GPU", module_prefix="nvidia", dkms=("nvidia",))
 
 CATALOG: tuple[Profile, ...] = (
     Profile(

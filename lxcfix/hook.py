@@ -42,7 +42,7 @@ from .model import Finding, Plan
 from .plan import make_plan
 from .render import template_text
 from .styles import STYLES
-from .transaction import Journal, Run, Transaction, Verify, Write, write_atomic
+from .transaction import Journal, Run, Step, Transaction, Verify, Write, write_atomic
 from .transport import env_path
 
 PHASES = ("pre-start", "post-start", "pre-stop", "post-stop")
@@ -222,7 +222,7 @@ def _create_missing_nodes(target, c, journal: Journal, base: dict) -> bool:
         return False
     # Steps of the one engine, journaled as every change is ("hook-nvidia-modprobe-command",
     # with argv and rc); nothing to undo: a node the driver made stays.
-    steps = [Run(target.transport, argv, "nvidia-modprobe") for argv in argvs]
+    steps: list[Step] = [Run(target.transport, argv, "nvidia-modprobe") for argv in argvs]
     tx = Transaction("creating the NVIDIA nodes", steps, journal, {k: v for k, v in base.items() if k != "event"},
                      prefix="hook-nvidia-modprobe-", events={"done": None, "failed": None, "rolled-back": None})
     try:
@@ -275,7 +275,7 @@ def _heal(target, vmid: str, style: str, journal: Journal, rep, c, base: dict) -
             gen_now = gen_plan(fh.read())
         return [f"{f.code} {f.message}" for f in blocking_findings(now.findings) + blocking_findings(gen_now.findings)]
 
-    steps = []
+    steps: list[Step] = []
     if not pve_plan.is_empty:
         # As `lxcfix apply`, but without the lock: Proxmox holds it around this hook.
         steps.append(Applier(Host(target.local_path, target.transport, None), vmid, state_dir(None), "pve",
