@@ -203,3 +203,14 @@ def test_a_driver_mismatch_is_the_kind_the_probe_gives_not_a_word_in_the_message
                                                     nvidia_smi_out="Failed to initialize NVML: Driver/library "
                                                                    "version mismatch"), {}, None)
     assert f.kind == "driver-mismatch" and causes._is_mismatch(f)
+
+
+def test_the_subject_a_record_declares_is_there(emitted):
+    """numbers and rule, where a record says its findings carry them, are set on every one
+    emitted (causes read them instead of the message)."""
+    missing = sorted({(f.code, field) for f in emitted for field in ("numbers", "rule")
+                      if field in codes.CODES[f.code].subject and getattr(f, field) is None
+                      and not (field == "numbers" and f.device is None)})
+    assert missing == []
+    assert any(f.code == "LXF101" and f.rule for f in emitted)
+    assert any(f.code == "LXF100" and f.numbers for f in emitted)
