@@ -30,9 +30,9 @@ Only script() reads anything (the packaged template); parse and classify are pur
 
 from __future__ import annotations
 
-from dataclasses import replace
 import functools
 import re
+from dataclasses import replace
 from typing import Iterable, Mapping
 
 from .codes import make

@@ -29,7 +29,6 @@ if TYPE_CHECKING:  # what only a change needs is imported by the functions that 
     from .transaction import Transaction
 
 
-
 @dataclass
 class Target:
     """One host to work on: its transport and backend; `root` for a snapshot."""
