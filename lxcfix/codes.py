@@ -554,6 +554,23 @@ CODES: dict[str, Code] = {c.code: c for c in (
         family="upgrade",
     ),
     Code(
+        "LXF158", "warning",
+        "USB device by bus and device number (`/dev/bus/usb/BBB/DDD`): the number changes",
+        "A USB device passed in as one node of /dev/bus/usb gets a new device number whenever it "
+        "re-enumerates: on a replug, a reboot, and for a Coral USB Edge TPU the first time it is used: "
+        "it enumerates as 1a6e:089a (Global Unichip) and, once its firmware is loaded, again as 18d1:9302 "
+        "(Google) with a new number, so the node the container was given is gone and Frigate says "
+        "'No EdgeTPU was detected'.",
+        "The given path is a /dev/bus/usb/BBB/DDD node (char major 189, minor (BBB-1)*128 + DDD-1); "
+        "the kernel numbers devices on a bus in the order they appear.",
+        (("any", "Pass the bus directory and allow the USB major: `lxc.mount.entry: /dev/bus/usb/BBB "
+                 "dev/bus/usb/BBB none bind,optional,create=dir` and `lxc.cgroup2.devices.allow: c 189:* rwm` "
+                 "(every USB device on that host's buses becomes openable by the container's root; "
+                 "narrow the mount to the bus the device is on). A devN entry cannot pass a directory."),),
+        "A device that never re-enumerates and is never unplugged (rare for USB).",
+        family="hygiene", subject=("device", "line"),
+    ),
+    Code(
         "LXF160", "error",
         "a device passed in from a directory the container can write",
         "A bind mount, `devN:` entry or path-form rule whose source lies under the container's rootfs, "

@@ -198,9 +198,9 @@ KNOWN: tuple[Known, ...] = (
     Known(
         "edgetpu", "No EdgeTPU was detected", "Frigate (Coral USB)",
         (r"No EdgeTPU was detected",),
-        (Cause("", "the Coral USB re-enumerates after its firmware loads (1a6e:089a becomes 18d1:9302) and "
-                   "lands on another /dev/bus/usb path: pass the bus directory with `c 189:* rwm` instead of one "
-                   "device node"),
+        (Cause("LXF158", "the Coral USB re-enumerates after its firmware loads (1a6e:089a becomes 18d1:9302) "
+                         "and lands on another /dev/bus/usb path: pass the bus directory with `c 189:* rwm` "
+                         "instead of one device node"),
          Cause("LXF100", "the cgroup denies the USB device (189:N)")),
         DIAGNOSE,
         "not the TPU model file",

@@ -1,7 +1,9 @@
 """Rules that work today but break later or grant too much.
 
 LXF102 cgroup v1 keys on a v2 host, LXF103 numeric rule pinning a dynamic
-major, LXF104 over-broad rule, LXF111 device mount without `optional`.
+major, LXF104 over-broad rule, LXF111 device mount without `optional`, LXF158 a
+USB device passed in by its bus/device number (a Coral Edge TPU changes it when
+its firmware loads).
 
 Their fixes: LXF102's conversion is applied by the plan (first, phase 0);
 LXF103's path-form rules only when `--style path` is asked for; narrowing an
@@ -11,6 +13,8 @@ starts, is the admin's call.
 """
 
 from __future__ import annotations
+
+import re
 
 from .. import devices, fixes
 from ..bounded import excerpt
@@ -190,6 +194,7 @@ def check(ctx) -> list:
                 fix=path_rules_fix(ctx, r, profile), line=r.index + 1,
             ))
     out += unreadable_entries(ctx)
+    out += usb_by_number(ctx)
     for g in eff.given:
         if g.via != "mount" or g.optional or g.from_dir is not None:
             continue
@@ -204,6 +209,47 @@ def check(ctx) -> list:
             fix=optional_fix(ctx, g), line=g.index + 1,
         ))
     return out
+
+
+_USB_NODE = re.compile(r"/dev/bus/usb/([0-9]{3})/([0-9]{3})")
+# A Coral USB Edge TPU enumerates twice: before its firmware is loaded, and after, with a new number.
+CORAL_IDS = (("1a6e", "089a", "Global Unichip: a Coral Edge TPU before its firmware is loaded"),
+             ("18d1", "9302", "Google: a Coral Edge TPU with its firmware loaded"))
+USB_MAJOR = 189
+
+
+def usb_by_number(ctx) -> list:
+    """LXF158: one /dev/bus/usb/BBB/DDD node passed in (a mount of the node, or devN): its
+    number changes on every re-enumeration; the fix passes the bus directory and `c 189:* rwm`."""
+    out = []
+    for g in ctx.effective.given:
+        m = _USB_NODE.fullmatch(g.path)
+        if m is None or g.from_dir is not None:
+            continue
+        bus = f"/dev/bus/usb/{m.group(1)}"
+        out.append(ctx.finding(
+            "LXF158",
+            f"{g.path} is a USB device by its bus and device number: the number changes when it re-enumerates "
+            "(a replug, a reboot, and a Coral Edge TPU when its firmware loads), and the container keeps the old node",
+            device=g.path,
+            evidence=(f"{ctx.config.path}:{g.index + 1}",
+                      "a Coral USB Edge TPU is " + " until its firmware loads, then ".join(
+                          f"{v}:{p}" for v, p, _ in CORAL_IDS) + " (a new device number)"),
+            fix=usb_bus_fix(ctx, g, bus), line=g.index + 1,
+        ))
+    return out
+
+
+def usb_bus_fix(ctx, g, bus: str) -> Fix:
+    """Manual: the bus directory instead of the node, and the USB major allowed."""
+    mount = ("lxc.mount.entry", f"{bus} {bus.lstrip('/')} none bind,optional,create=dir 0 0"
+             if ctx.config.flavor == "lxc" else f"{bus} {bus.lstrip('/')} none bind,optional,create=dir")
+    allow = ("lxc.cgroup2.devices.allow", f"c {USB_MAJOR}:* rwm")
+    edits = (Edit("replace", g.index, (mount,)),)
+    if not ctx.effective.ruleset.allows("c", USB_MAJOR, 0, "rw"):
+        edits += (Edit("add", lines=(allow,), near=("lxc.mount.entry",)),)
+    return Fix(f"pass the bus directory {bus} and allow c {USB_MAJOR}:* rwm (every USB device on that bus)",
+               edits, notes=(f"# which device is where: lsusb, or cat /sys/bus/usb/devices/*/idVendor",))
 
 
 NAME_MAX, PATH_MAX = 255, 4096
