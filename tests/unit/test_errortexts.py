@@ -109,3 +109,13 @@ def test_an_unknown_text_is_one_line_exit_0_and_never_echoed(capsys):
 def test_a_code_shaped_word_that_is_no_code_is_still_bad_input(capsys):
     rc, out, err = run(capsys, "explain", "LXF999")
     assert rc == 2 and "no finding code 'LXF999'" in err and out == ""
+
+
+def test_the_readme_lists_every_message_with_its_codes_and_sources():
+    from .conftest import REPO
+
+    readme = (REPO / "README.md").read_text()
+    for k in errortexts.KNOWN:
+        row = f"| {k.says.replace('|', '/')} | {k.who} | " + ", ".join(c.code for c in k.causes if c.code) + \
+            f" | {', '.join(k.sources)} |"
+        assert row in readme, k.id
