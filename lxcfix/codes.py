@@ -571,6 +571,22 @@ CODES: dict[str, Code] = {c.code: c for c in (
         family="hygiene", subject=("device", "line"),
     ),
     Code(
+        "LXF159", "error",
+        "a device path the container is given is not a device node on the host",
+        "The host path a bind mount or devN entry passes in is there, but it is a regular file, a "
+        "directory or a symlink to nothing: what a failed driver install, a `cp` or a script left where "
+        "the node should be. Proxmox refuses the start ('TASK ERROR: //dev/dri/renderD128 is not a "
+        "device'); a bind mount passes the file in and the application cannot open the device.",
+        "The host's /dev is walked for nodes, and what is there but not a character or block device is "
+        "recorded (a regular file, a directory, a symlink whose target is missing).",
+        (("any", "Look at it (`ls -l PATH`), remove it if nothing else uses it, and let the driver create the "
+                 "node: reload the driver module, `udevadm trigger`, or reboot; for NVIDIA nodes "
+                 "`nvidia-modprobe`."),),
+        "A directory on purpose (/dev/dri passed whole): pass it as a directory mount "
+        "(`bind,optional,create=dir`), not as one node.",
+        family="allowlist", subject=("device", "line"),
+    ),
+    Code(
         "LXF160", "error",
         "a device passed in from a directory the container can write",
         "A bind mount, `devN:` entry or path-form rule whose source lies under the container's rootfs, "

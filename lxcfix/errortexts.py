@@ -123,7 +123,7 @@ KNOWN: tuple[Known, ...] = (
     Known(
         "not-a-device", "/dev/dri/renderD128 is not a device", "pct start (Proxmox, a devN entry)",
         (r"(/dev/\S+) is not a device",),
-        (Cause("LXF112", "the host path is a regular file or a directory, left by a failed driver install or "
+        (Cause("LXF159", "the host path is a regular file or a directory, left by a failed driver install or "
                          "a script, not the device node: the driver did not create it"),),
         "ls -l the path on the host (a node shows `c` first); then " + DIAGNOSE,
         "not the container's config syntax: Proxmox stat()s the path and finds no device there",

@@ -149,17 +149,22 @@ def parse_lxc_version(text: str) -> str | None:
     return m.group(0) if m else None
 
 
-_KINDS = {"character special file": "c", "block special file": "b"}
+_KINDS = {"character special file": "c", "block special file": "b", "regular file": "f", "regular empty file": "f",
+          "directory": "d"}
+# What a device walk also reports where a node should be, by the kind letter a DeviceNode then
+# carries (gather splits them off into HostFacts.not_nodes: they are never nodes).
+NOT_NODES = {"f": "regular file", "d": "directory", "l": "dangling symlink"}
 
 
-def parse_stat_lines(text: str) -> dict[str, DeviceNode]:
+def parse_stat_lines(text: str, odd: bool = False) -> dict[str, DeviceNode]:
     """Output of `stat -L -c '%F|%t|%T|%f|%u|%g|%n'` over device paths (hex major/minor and mode).
 
         "character special file|c3|ff|21b6|0|0|/dev/nvidiactl" -> {"/dev/nvidiactl": DeviceNode(.., "c", 195, 255, 0o20666, 0, 0)}
 
     A line is dropped unless every field is in range: major <= 0xfff, minor <= 0xfffff,
     mode <= 0xffff, uid/gid < 2**32, an absolute path of at most 4096 characters without NUL.
-    The path is the last field, so it may contain "|"."""
+    The path is the last field, so it may contain "|". odd: regular files and directories too
+    (kind "f", "d": NOT_NODES), for a device walk's caller to keep apart."""
     nodes: dict[str, DeviceNode] = {}
     for line in text.split("\n"):
         parts = line.split("|", 6)
@@ -167,7 +172,7 @@ def parse_stat_lines(text: str) -> dict[str, DeviceNode]:
             continue
         ftype, major, minor, mode, uid, gid, path = parts
         kind = _KINDS.get(ftype)
-        if kind is None or not path.startswith("/") or len(path) > PATH_MAX or "\0" in path:
+        if kind is None or (kind in NOT_NODES and not odd) or not path.startswith("/") or len(path) > PATH_MAX or "\0" in path:
             continue
         values = (_uint(major, 16, 8, MAJOR_MAX), _uint(minor, 16, 8, MINOR_MAX), _uint(mode, 16, 8, 0xFFFF),
                   _uint(uid, 10, 10, ID_MAX), _uint(gid, 10, 10, ID_MAX))
@@ -214,12 +219,18 @@ def subid_allows(entries, name: str, first: int, count: int = 1) -> bool:
     return any(n == name and s <= first and first + count <= s + c for n, s, c in entries or ())
 
 
-def node_from_stat(path: str, st) -> DeviceNode | None:
+def node_from_stat(path: str, st, odd: bool = False) -> DeviceNode | None:
+    """The device node stat() saw; odd: also a regular file or a directory (kind "f", "d":
+    not a node, where a walk of /dev found one)."""
     try:
         if stat.S_ISCHR(st.st_mode):
             kind = "c"
         elif stat.S_ISBLK(st.st_mode):
             kind = "b"
+        elif odd and stat.S_ISREG(st.st_mode):
+            return DeviceNode(path, "f", 0, 0, st.st_mode, st.st_uid, st.st_gid)
+        elif odd and stat.S_ISDIR(st.st_mode):
+            return DeviceNode(path, "d", 0, 0, st.st_mode, st.st_uid, st.st_gid)
         else:
             return None
         return DeviceNode(path, kind, os.major(st.st_rdev), os.minor(st.st_rdev), st.st_mode, st.st_uid, st.st_gid)
@@ -428,7 +439,7 @@ FACTS: dict[str, Fact] = {
     # (symlinks followed, so /dev/serial/by-id and /dev/dri/by-path resolve).
     "dev_nodes": Fact(
         parse_stat_lines,
-        run=("find", "/dev", "-xdev", "(", "-type", "c", "-o", "-type", "b", "-o", "-type", "l", ")",
+        run=("find", "/dev", "-xdev", "(", "-type", "c", "-o", "-type", "b", "-o", "-type", "l", "-o", "-type", "f", ")",
              "-exec", "stat", "-L", "-c", "%F|%t|%T|%f|%u|%g|%n", "{}", "+"),
         to_json=_nodes_json,
     ),

@@ -84,9 +84,9 @@ def host_facts(t: Transport, backend: Proxmox | Lxc, upgrade: bool = False) -> H
                           "not what the kernel writes; no container is judged against it")
     value = {name: F.FACTS[name].parse(text) for name, text in texts.items() if text is not None}
     try:
-        nodes = t.device_nodes()
+        nodes, not_nodes = split_nodes(t.device_nodes())
     except OSError:
-        nodes = {}
+        nodes, not_nodes = {}, {}
     char, block = value.get("proc_devices", ({}, {}))
     raw = {"/proc/devices": texts.get("proc_devices") or ""}
     if texts.get("pveversion") is not None:
@@ -107,6 +107,7 @@ def host_facts(t: Transport, backend: Proxmox | Lxc, upgrade: bool = False) -> H
         block_majors=block,
         nodes=nodes,
         nodes_known=bool(nodes),
+        not_nodes=not_nodes,
         nvidia_driver=value.get("nvidia_driver"),
         cgroup_layout=value.get("cgroup_layout", "unknown"),
         pve_version=value.get("pveversion", (None, None))[0],
@@ -260,12 +261,18 @@ def snippet_files(t: Transport, storages) -> dict[str, dict[str, int]]:
     return out
 
 
+def split_nodes(found: dict[str, DeviceNode]) -> tuple[dict[str, DeviceNode], dict[str, str]]:
+    """A device walk's answer as (the device nodes, path -> what is there instead: facts.NOT_NODES)."""
+    nodes = {p: n for p, n in found.items() if n.kind in ("c", "b")}
+    return nodes, {p: F.NOT_NODES[n.kind] for p, n in found.items() if n.kind in F.NOT_NODES}
+
+
 def source_nodes(t: Transport, paths: list[str]) -> dict[str, DeviceNode]:
     """Device nodes at bind-mount sources outside /dev (walked already): admins
     do pass nodes in from other directories. A symlink there is not followed:
     such a directory may be one a container can write."""
     paths = sorted({p for p in paths if p.startswith("/") and not p.startswith("/dev/")})
-    return t.device_nodes(paths) if paths else {}
+    return split_nodes(t.device_nodes(paths))[0] if paths else {}
 
 
 def mount_sources(cfg: CtConfig) -> list[str]:

@@ -214,6 +214,9 @@ class HostFacts:
     snippets: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     # config path -> when lxcfix last wrote it (its journal)
     config_writes: Mapping[str, ConfigWrite] = field(default_factory=dict)
+    # Paths under /dev (and given mount sources) that are there but are not device nodes:
+    # path -> "regular file" | "directory" | "dangling symlink" (what a failed driver or a script left)
+    not_nodes: Mapping[str, str] = field(default_factory=dict)
 
     def char_major(self, name: str) -> int | None:
         majors = self.char_majors.get(name)

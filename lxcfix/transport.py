@@ -233,18 +233,24 @@ def run_bounded(argv: Sequence[str], *, input: str | None = None, timeout: float
 
 
 def _walk_nodes(real_top: str, shown_top: str) -> dict[str, DeviceNode]:
-    """Every device node under top, by the path the host names it (links followed)."""
+    """Every device node under top, by the path the host names it (links followed); also
+    what is there but is no node (facts.NOT_NODES: a regular file, a directory, a symlink to
+    nothing), which gather keeps apart."""
     out: dict[str, DeviceNode] = {}
     for dirpath, dirnames, filenames in os.walk(real_top):
         dirnames[:] = [d for d in dirnames if d not in ("pts", "shm", "mqueue", "hugepages")]
-        for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
+        for name in filenames + dirnames:
             real = os.path.join(dirpath, name)
+            shown = shown_top + real[len(real_top):]
             try:
                 info = os.stat(real)
+            except FileNotFoundError:
+                if os.path.islink(real):
+                    out[shown] = DeviceNode(shown, "l", 0, 0, 0)
+                continue
             except OSError:
                 continue
-            shown = shown_top + real[len(real_top):]
-            if (node := node_from_stat(shown, info)) is not None:
+            if (node := node_from_stat(shown, info, odd=True)) is not None:
                 out[shown] = node
     return out
 
@@ -267,7 +273,7 @@ class _Commands:
     def device_nodes(self, paths: Sequence[str] | None = None) -> dict[str, DeviceNode]:
         if paths is None:
             fact = FACTS["dev_nodes"]
-            return fact.parse(self.run(list(fact.run), timeout=60).stdout)  # type: ignore[attr-defined]
+            return parse_stat_lines(self.run(list(fact.run), timeout=60).stdout, odd=True)  # type: ignore[attr-defined]
         if not paths:
             return {}
         result = self.run(["stat", "-c", STAT_FORMAT, "--", *paths], timeout=60)  # type: ignore[attr-defined]

@@ -274,6 +274,18 @@ def check(ctx) -> list:
             fix=fixed.unpassed[u.rule.index], line=u.rule.index + 1,
         ))
     for g in needs.absent:
+        what = ctx.facts.not_nodes.get(g.path)
+        if what is not None:
+            out.append(ctx.finding(
+                "LXF159",
+                f"{g.path} on the host is a {what}, not a device node"
+                + (": the container will not start ('is not a device')" if g.via == "devn" else
+                   ": the container gets that, and opening it is not the device"),
+                device=g.path,
+                evidence=(f"{ctx.config.path}:{g.index + 1} passes it in", f"on the host: {g.path} is a {what}"),
+                fix=not_a_node_fix(g.path, what, g.profile), line=g.index + 1,
+            ))
+            continue
         start = ("the container will not start" if g.via == "devn" or not g.optional
                  else "the container starts without it")
         out.append(ctx.finding(
@@ -283,6 +295,14 @@ def check(ctx) -> list:
             fix=create_node_fix(g.path, g.profile), line=g.index + 1,
         ))
     return out
+
+
+def not_a_node_fix(path: str, what: str, profile: str | None) -> Fix:
+    """LXF159: what is at the path is the admin's to remove (lxcfix never deletes on the host);
+    the driver then makes the node."""
+    how = "rmdir" if what == "directory" else "rm"
+    hint = create_node_fix(path, profile).title
+    return Fix(f"remove the {what} at {path} (`{how} {path}`, after checking nothing else uses it), then {hint}")
 
 
 def create_node_fix(path: str, profile: str | None) -> Fix:
