@@ -28,6 +28,11 @@ import pytest
 from . import harness
 from .cli import lxcfix
 
+# tests/run says so when uidmap is installed but /etc/subuid or /etc/subgid is missing: with
+# no file to bind a copy over, lxc-start cannot map root's range through newuidmap.
+pytestmark = pytest.mark.skipif(bool(os.environ.get("LXCFIX_TESTS_NO_SUBID")),
+                                reason=os.environ.get("LXCFIX_TESTS_NO_SUBID", ""))
+
 RENDER = 104  # the container's render gid (Debian's)
 SVC = 1000  # the service user, a member of render
 HOST_GID = 4242  # the host group of the bind-mounted node: not in the container's idmap (100000+)
