@@ -819,6 +819,11 @@ def _framework_exit(e: Exception) -> int | None:
     if name == "Abort":
         err.print("lxcfix: aborted; nothing changed")
         return ExitCode.USAGE
+    if name == "NoArgsIsHelpError" and getattr(e, "ctx", None) is not None:
+        # `lxcfix` alone (click 8.2+ raises this for no_args_is_help): the help, on stdout,
+        # exit 0, as `lxcfix --help` and click 8.1 do; not an error.
+        print(e.ctx.get_help())  # what --help prints, as click prints it
+        return 0
     if hasattr(e, "format_message") and hasattr(e, "exit_code"):
         ctx = getattr(e, "ctx", None)
         hint = f" (see: {ctx.command_path} --help)" if ctx is not None else ""

@@ -28,6 +28,11 @@ import pytest
 from . import harness
 from .cli import lxcfix
 
+# tests/run says so when uidmap is installed but /etc/subuid or /etc/subgid is missing: with
+# no file to bind a copy over, lxc-start cannot map root's range through newuidmap.
+pytestmark = pytest.mark.skipif(bool(os.environ.get("LXCFIX_TESTS_NO_SUBID")),
+                                reason=os.environ.get("LXCFIX_TESTS_NO_SUBID", ""))
+
 RENDER = 104  # the container's render gid (Debian's)
 SVC = 1000  # the service user, a member of render
 HOST_GID = 4242  # the host group of the bind-mounted node: not in the container's idmap (100000+)
@@ -58,6 +63,23 @@ def world_dir():
     shutil.rmtree(d)
 
 
+def lxc_maps_ids_itself(env: dict, scratch: Path) -> None:
+    """Where uidmap is installed, lxc-start maps ids through its setuid newuidmap and
+    newgidmap, which read the host's /etc/subuid and /etc/subgid. A test that keeps root's
+    subordinate ids in a file of its own (LXCFIX_SUBGID) puts non-setuid stand-ins first on
+    the PATH of the lxcfix it runs: LXC, as root, then writes the maps itself (as on a host
+    without uidmap), and the test's file is the only one that decides."""
+    tools = [shutil.which(t) for t in ("newuidmap", "newgidmap")]
+    if not any(t and os.stat(t).st_mode & stat.S_ISUID for t in tools):
+        return
+    stand_ins = scratch / "no-uidmap"
+    stand_ins.mkdir()
+    for t in ("newuidmap", "newgidmap"):
+        (stand_ins / t).write_text("#!/bin/sh\necho \"$0: a test's stand-in, not setuid\" >&2\nexit 1\n")
+        (stand_ins / t).chmod(0o755)
+    env["PATH"] = f"{stand_ins}:{env.get('PATH', os.defpath)}"
+
+
 def diagnose(env, ct) -> dict:
     r = lxcfix(env, "diagnose", "--ct", ct, "--json")
     assert r.returncode in (0, 1), r.stderr
@@ -78,6 +100,7 @@ def test_bind_mounted_node_idmap_pass_through_on_plain_lxc(made, world_dir, env)
     subgid = world_dir / "subgid"
     subgid.write_text(f"root:{harness.MAPPED_ROOT}:{harness.MAPPED_COUNT}\n")
     env["LXCFIX_SUBGID"] = str(subgid)
+    lxc_maps_ids_itself(env, world_dir)
     c = harness.make_unprivileged_container(
         [f"lxc.mount.entry = {node} dev/dri/renderD128 none bind,optional,create=file 0 0",
          f"lxc.cgroup2.devices.allow = c {major}:128 rwm"], users=USERS, groups=GROUPS)

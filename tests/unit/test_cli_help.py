@@ -155,3 +155,11 @@ def test_shell_completion_is_offered_and_completes(tmp_path):
 def test_completion_options_are_in_the_help(capsys):
     text = help_of(capsys, None)
     assert "--install-completion" in text and "--show-completion" in text
+
+
+def test_no_arguments_print_the_help_on_stdout_and_exit_0(capsys):
+    """`lxcfix` alone is a question, not an error (issue 19): what --help prints, on stdout."""
+    rc, out, err = run(capsys)
+    assert rc == 0 and err == ""
+    assert out == help_of(capsys, None)
+    assert out.startswith("Usage: ") and "\nCommands:\n" in out and "error" not in out.split("\n", 1)[0]
