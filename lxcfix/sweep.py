@@ -434,7 +434,8 @@ def configs():
                     seen.add(ct); out.append(("pve", ct, d + "/" + e))
     if lxc:
         for e in listdir(lxc):
-            if name.match(e) and ".." not in e and "config" in listdir(lxc + "/" + e) and want(e):
+            has = "config" in listdir(lxc + "/" + e)  # every entry: one lxcfix cannot act on is still listed (LXF132)
+            if name.match(e) and ".." not in e and has and want(e):
                 out.append(("lxc", e, lxc + "/" + e + "/config"))
     return out
 
