@@ -191,7 +191,8 @@ def test_heal_runs_nvidia_modprobe_as_a_journaled_step(pve, env, moved, tmp_path
     install_snippet(env, "heal")
     assert not os.path.exists("/dev/nvidia-uvm")
     ct = pve.make_ct(["hookscript: local:snippets/lxcfix-hook.sh",
-                      "lxc.mount.entry: /dev/nvidia-uvm dev/nvidia-uvm none bind,optional,create=file"])
+                      "lxc.mount.entry: /dev/nvidia-uvm dev/nvidia-uvm none bind,optional,create=file"],
+                     start=False)
     before = Path(ct.conf_path).read_bytes()
 
     r = pve.pct("start", ct.vmid, timeout=60)
