@@ -75,6 +75,10 @@ class Proxmox(LiveTools):
     flavor = "pve"
     pve_dir: str = field(default_factory=lambda: env_path("LXCFIX_PVE_DIR", "/etc/pve"))
 
+    def unusable(self, transport: Transport) -> dict[str, str]:
+        """Proxmox names its containers by vmid: a config that is no vmid's is no container of pct's."""
+        return {}
+
     def validate(self, ct: str) -> str:
         if not VMID.match(ct or ""):
             raise BadInput(f"not a Proxmox container id (vmid): '{excerpt(str(ct))}'")
@@ -149,6 +153,17 @@ class Lxc(LiveTools):
         for name in _listdir(transport, self.lxcpath):
             if LXC_NAME.match(name) and "config" in _listdir(transport, f"{self.lxcpath}/{name}"):
                 found[name] = f"{self.lxcpath}/{name}/config"
+        return found
+
+    def unusable(self, transport: Transport) -> dict[str, str]:
+        """The containers list() leaves out because lxcfix cannot act on their name ('a b',
+        'tëst', one with an ESC byte: LXC accepts them): name -> why (LXF132)."""
+        found = {}
+        for name in _listdir(transport, self.lxcpath):
+            if (not LXC_NAME.match(name) or ".." in name) and "config" in _listdir(transport,
+                                                                                   f"{self.lxcpath}/{name}"):
+                found[name] = ("its name is not one lxcfix passes to lxc-* commands, paths or cgroup names "
+                               "(letters, digits, '_', '.', '-'; at most 64, starting with a letter or digit)")
         return found
 
     def node_of(self, path: str) -> str | None:

@@ -372,6 +372,23 @@ CODES: dict[str, Code] = {c.code: c for c in (
         family="scan", once=True,
     ),
     Code(
+        "LXF132", "error",
+        "a container whose name lxcfix cannot act on: not judged",
+        "The host lists a container (a directory with a config under LXC's lxcpath) whose name has "
+        "characters lxcfix does not put into a command line, a path or a cgroup name: a space, a "
+        "non-ASCII letter, a control byte such as ESC, more than 64 bytes, or a first character that "
+        "is not a letter or digit. LXC itself accepts such names (`lxc-start -n 'a b'` runs). lxcfix "
+        "reads, probes and plans nothing for it, and says so, rather than leave it out of the scan.",
+        "The name as the host lists it, checked against what lxcfix accepts for an LXC container: "
+        "letters, digits, `_`, `.` and `-`, at most 64, starting with a letter or digit, no `..`. "
+        "The name is shown escaped (\\xNN for each byte outside printable ASCII).",
+        (("any", "Rename the container to a plain name (stop it, `mv /var/lib/lxc/OLD /var/lib/lxc/NEW`, "
+                 "change `lxc.rootfs.path` and `lxc.uts.name` in its config, start it), or check it by hand: "
+                 "`lxc-attach -n 'NAME' -- ls -l /dev` and its `lxc.cgroup2.devices.*` lines."),),
+        "None: the container is there and was not judged.",
+        family="scan",
+    ),
+    Code(
         "LXF140", "error",
         "a deny line that does nothing: the device stays allowed",
         "In allowlist mode (LXC's default: common.conf allows a short list) LXC keeps one list of rules. "

@@ -37,7 +37,7 @@ from .backends import Lxc, Proxmox, detect
 from .errors import BadInput, LxcfixError
 from .inventory import HostEntry
 from .model import Finding
-from .scan import CtReport, HostReport, one_by_one, scan_host
+from .scan import CtReport, HostReport, one_by_one, scan_host, unusable_reports
 from .ssh import HostKeyUnknown, Ssh, SshOptions
 from .transport import Cached, Failing, Local, Transport
 
@@ -217,7 +217,8 @@ def scan_one(entry: HostEntry, connect: Connect, *, per_host: int = 4, probe: bo
         wanted = [ct for ct in entry.containers if ct in own or ct not in listed] \
             if entry.containers is not None else list(own)
         if not wanted:
-            return HostReport(t.name, backend.name, facts, (), seconds=time.monotonic() - start, notes=notes)
+            odd = unusable_reports(view, backend, facts.host) if entry.containers is None else ()
+            return HostReport(t.name, backend.name, facts, odd, seconds=time.monotonic() - start, notes=notes)
         route = None
         if probe and (entry.ct_ssh or entry.container_access == "ssh"):
             reach = enter or container_transport
@@ -252,6 +253,8 @@ def scan_one(entry: HostEntry, connect: Connect, *, per_host: int = 4, probe: bo
                 parts = list(pool.map(part, chunks))
         by_ct: dict[str, CtReport] = {c.ct: c for p in parts for c in p.containers}
         containers = tuple(by_ct[ct] for ct in wanted if ct in by_ct)
+        if entry.containers is None:  # every container: those whose name lxcfix cannot act on too (LXF132)
+            containers += unusable_reports(view, backend, facts.host)
         host_notes = tuple(dict.fromkeys(notes + tuple(n for p in parts for n in p.notes)))
         return HostReport(t.name, backend.name, facts, containers, seconds=time.monotonic() - start,
                           notes=host_notes)

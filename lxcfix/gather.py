@@ -363,7 +363,9 @@ def run_sweep(t: Transport, request: "sweep.Request", timeout: float = 120) -> "
     from . import bpf, sweep
 
     nonce = sweep.nonce()
-    result = t.run(sweep.argv(request, nonce), timeout=timeout, max_output=sweep.MAX_WIRE)
+    # the script and its request through stdin: the command line stays a few hundred bytes
+    result = t.run(sweep.argv(request), input=sweep.stdin(request, nonce), timeout=timeout,
+                   max_output=sweep.MAX_WIRE)
     answers = sweep.parse(result.stdout.encode("utf-8", "surrogateescape"), nonce)
     if answers.garbage and not answers.done and not answers.files and not answers.runs:
         answers.garbage = f"{answers.garbage}; exit {result.rc}: {result.tail()}"

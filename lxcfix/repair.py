@@ -19,7 +19,7 @@ from .backends import Lxc, Proxmox, detect
 from .errors import BadInput
 from .model import ApplyResult, CtReport, Finding, HostFacts, HostReport
 from .rules import run_rules
-from .scan import scan_host
+from .scan import scan_host, unusable_reports
 from .styles import STYLES
 from .transport import Local, RootDir, Transport
 
@@ -88,8 +88,12 @@ def scan(target: Target, cts: list[str] | None, style: str = "auto", probe: bool
         from .gather import host_facts
 
         facts = host_facts(target.transport, target.backend, upgrade=True)
-    return scan_host(target.transport, target.backend, wanted, style, facts=facts, probe=probe and target.live,
-                     keep_context=keep_context)
+    rep = scan_host(target.transport, target.backend, wanted, style, facts=facts, probe=probe and target.live,
+                    keep_context=keep_context)
+    if not cts:  # every container: those whose name lxcfix cannot act on are listed too (LXF132)
+        rep = replace(rep, containers=rep.containers + unusable_reports(target.transport, target.backend,
+                                                                        rep.facts.host if rep.facts else rep.host))
+    return rep
 
 
 def one(target: Target, ct: str, style: str = "auto", probe: bool = False,

@@ -143,6 +143,8 @@ def scan_host(t: Transport, backend: Proxmox | Lxc, cts: list[str] | None = None
         and not keep_context else 1
     if workers > 1:
         reports = _analyze_in_processes(facts, [(ct, listed.get(ct)) for ct in wanted], t, backend, style, workers)
+        if cts is None:
+            reports += unusable_reports(t, backend, facts.host)
         return HostReport(t.name, backend.name, facts, tuple(reports), seconds=time.monotonic() - start)
     loaded_all = [gather.load_container(t, backend, ct, listed.get(ct)) for ct in wanted]
     if facts.nodes_known:
@@ -178,8 +180,29 @@ def scan_host(t: Transport, backend: Proxmox | Lxc, cts: list[str] | None = None
             reports = list(pool.map(analyze, loaded_all))
     else:
         reports = [analyze(loaded) for loaded in loaded_all]
+    if cts is None:  # every container of the host: those it cannot act on too, as LXF132
+        reports += unusable_reports(t, backend, facts.host)
     return HostReport(t.name, backend.name, facts, tuple(reports), seconds=time.monotonic() - start,
                       notes=tuple(notes))
+
+
+def unusable_reports(t: Transport, backend, host: str) -> tuple[CtReport, ...]:
+    """A report for each container the host has whose name lxcfix cannot act on (backend.unusable):
+    listed, under its name escaped for display, with an LXF132 finding saying why; nothing more
+    is read or run for it."""
+    from .bounded import excerpt
+
+    try:
+        odd = backend.unusable(t)
+    except Exception:
+        return ()
+    out = []
+    for name in sorted(odd):
+        shown = excerpt(name, 200)
+        path = f"{excerpt(getattr(backend, 'lxcpath', ''), 200)}/{shown}/config"
+        f = codes.make("LXF132", shown, f"container '{shown}' not judged: {odd[name]}", evidence=(path,), host=host)
+        out.append(CtReport(host, shown, path, (f,), error=f"not judged: {odd[name]}"))
+    return tuple(out)
 
 
 def _context_or_none(facts: HostFacts, loaded: gather.Loaded, loader, style: str) -> Context | None:

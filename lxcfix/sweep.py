@@ -5,7 +5,8 @@ scan.py sends the sweeps.)
     req = Request(read=["/proc/devices", ...], run=[["lxc-start", "--version"], ...],
                   listdir=["/etc/pve/lxc", ...], walk="/dev", follow_includes=True,
                   live=[LiveAsk(ct="200", status=[...], pid=[...], cgroups=[...])])
-    argv = ["python3", "-c", SCRIPT, req.json(nonce)]            # nothing from a config is code
+    argv(req) == ["python3", "-c", BOOT]                          # the same few hundred bytes for any host
+    stdin(req, nonce)                                              # the script and its request: the command's input
     answers = parse(stdout_bytes, nonce)
     answers.files["/proc/devices"] == b"Character devices:..."
     answers.runs[("lxc-start", "--version")] == Result(0, "6.0.4\\n", "")
@@ -13,6 +14,13 @@ scan.py sends the sweeps.)
 The same script runs a batch of commands (the probes of every running
 container of a host) in parallel, each with a deadline and an output cap:
 Request(batch=[[argv...], ...]) -> answers.runs.
+
+The command line is a fixed bootstrap (BOOT); the script and the request go
+through its stdin, never the argv: a host of 200 running containers whose
+probes are 15 KB each would otherwise exceed Linux's 128 KiB per argv string
+(E2BIG) or the 256 KiB packet sshd accepts for an exec request (it drops the
+connection). An argument of the batch that repeats (every probe's script) is
+sent once, in the request's `strings`, and named by its index there.
 
 On the wire the records are zlib-compressed and base64-encoded (text-safe over
 any transport). Framing: every record is `\\n@@<nonce> <kind> <hex name> <length>\\n` and
@@ -38,6 +46,8 @@ from .model import Result
 MAX_TOTAL = 64 * 1024 * 1024  # a sweep of a big host: configs, /dev, programs
 MAX_WIRE = 32 * 1024 * 1024  # what may come back for it, compressed
 MAX_RECORD = 16 * 1024 * 1024
+MAX_REQUEST = 16 * 1024 * 1024  # what the bootstrap reads of its stdin
+SHARED_MIN = 256  # a batch argument this long is sent once (Request.json's `strings`)
 _HEADER = re.compile(rb"\n@@([0-9a-f]{32}) ([a-z_]{1,16}) ([0-9a-f]{0,8192}) ([0-9]{1,9})\n")
 
 
@@ -85,12 +95,25 @@ class Request:
     parallel: int = 4
 
     def json(self, nonce: str) -> str:
+        strings: list[str] = []
+        index: dict[str, int] = {}
+
+        def shared(arg: str):
+            """A long argument as its index in `strings` (sent once), a short one as itself."""
+            if len(arg) < SHARED_MIN:
+                return arg
+            if arg not in index:
+                index[arg] = len(strings)
+                strings.append(arg)
+            return index[arg]
+
+        batch = [[shared(a) for a in argv] for argv in self.batch]
         return json.dumps({
             "nonce": nonce, "read": list(self.read), "run": [list(a) for a in self.run],
             "trees": list(self.trees), "walk": self.walk, "pve_dir": self.pve_dir, "lxcpath": self.lxcpath,
             "cts": None if self.cts is None else list(self.cts), "backend": self.backend,
             "names": dict(self.names), "live": {k: v.to_json() for k, v in self.live.items()},
-            "batch": [list(a) for a in self.batch], "timeout": self.timeout, "cap": self.cap,
+            "batch": batch, "strings": strings, "timeout": self.timeout, "cap": self.cap,
             "parallel": self.parallel,
         }, separators=(",", ":"))
 
@@ -213,10 +236,10 @@ def _bounded(v: str) -> int:
     return int(v)
 
 
-# The script (stdlib only, Python 3.5+: it runs with the host's python3), `python3 -c SCRIPT REQUEST`.
+# The script (stdlib only, Python 3.5+: it runs with the host's python3), run by BOOT with REQ set.
 SCRIPT = r'''
 import io, json, os, stat, subprocess, sys, threading, zlib
-REQ = json.loads(sys.argv[1])
+STRINGS = REQ.get("strings", [])
 NONCE = REQ["nonce"].encode()
 OUT = io.BytesIO()  # every record, then written compressed: a sweep of a big host stays small on the wire
 LOCK = threading.Lock()
@@ -411,7 +434,8 @@ def configs():
                     seen.add(ct); out.append(("pve", ct, d + "/" + e))
     if lxc:
         for e in listdir(lxc):
-            if name.match(e) and ".." not in e and "config" in listdir(lxc + "/" + e) and want(e):
+            has = "config" in listdir(lxc + "/" + e)  # every entry: one lxcfix cannot act on is still listed (LXF132)
+            if name.match(e) and ".." not in e and has and want(e):
                 out.append(("lxc", e, lxc + "/" + e + "/config"))
     return out
 
@@ -439,7 +463,8 @@ pool([(lambda a=a: emit_run(a, T, CAP)) for a in REQ["run"]], N)
 tpl = REQ["live"].get(backend)
 if tpl:
     pool([(lambda ct=ct: live(ct, tpl, T, CAP)) for b, ct, p in found if b == backend], N)
-pool([(lambda a=a: emit_run(a, T, CAP)) for a in REQ["batch"]], N)
+BATCH = [[STRINGS[a] if isinstance(a, int) else a for a in argv] for argv in REQ["batch"]]
+pool([(lambda a=a: emit_run(a, T, CAP)) for a in BATCH], N)
 emit("end", "", b"")
 STDOUT = getattr(sys.stdout, "buffer", sys.stdout)
 import base64
@@ -455,5 +480,22 @@ def script() -> str:
     return READER_LIB + SCRIPT
 
 
-def argv(request: Request, nonce_: str) -> list[str]:
-    return ["python3", "-c", script(), request.json(nonce_)]
+# `python3 -c BOOT`: reads {"script": ..., "request": ...} from stdin (at most MAX_REQUEST bytes)
+# and runs the script with REQ set. Fixed: the command line is the same for any host.
+BOOT = ("import json,sys;D=json.loads(sys.stdin.buffer.read(%d).decode('utf-8'));"
+        "exec(compile(D['script'],'<lxcfix sweep>','exec'),{'__name__':'__main__','REQ':D['request']})"
+        % (MAX_REQUEST + 1))
+
+
+def argv(request: Request | None = None) -> list[str]:
+    """The sweep's command line: the bootstrap alone, whatever the request (see stdin)."""
+    return ["python3", "-c", BOOT]
+
+
+def stdin(request: Request, nonce_: str) -> str:
+    """What the sweep's command reads: the script and the request, as one JSON document
+    (ASCII: json.dumps escapes the rest)."""
+    data = '{"script":' + json.dumps(script()) + ',"request":' + request.json(nonce_) + "}"
+    if len(data) > MAX_REQUEST:
+        raise ValueError(f"sweep request of {len(data)} bytes is larger than {MAX_REQUEST}")
+    return data

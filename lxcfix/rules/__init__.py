@@ -9,6 +9,7 @@ foresight (what maintenance will break) runs only for `lxcfix audit`; upgrade
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass, replace
 
 from ..codes import make
@@ -95,4 +96,61 @@ def run_rules(ctx: Context, rules=RULES) -> list[Finding]:
     out: list[Finding] = []
     for rule in rules:
         out += rule.check(ctx)
+    return fold(out)
+
+
+# More than FOLD_AFTER findings that say the same thing about different lines (a config that
+# repeats one bad line 400,000 times) are one finding with a count: the first, its message
+# naming how many more and at most FOLD_SHOWN of their places, its fix's edits at most
+# FOLD_EDITS. Only findings whose fix is shown, never applied (manual, or none), fold.
+FOLD_AFTER = 20
+FOLD_SHOWN = 10
+FOLD_EDITS = 1000
+_DIGITS = re.compile(r"[0-9]+")
+
+
+def _fold_key(f: Finding):
+    if f.fix is not None and (f.fix.applicability != "manual" or f.fix.commands):
+        return None
+    fix = None if f.fix is None else (f.fix.title, f.fix.notes)
+    return (f.code, f.severity, f.device, f.numbers, f.rule, f.kind, fix, _DIGITS.sub("#", f.message))
+
+
+def fold(findings: list[Finding]) -> list[Finding]:
+    """The findings, each group of more than FOLD_AFTER repeats (equal but for line numbers)
+    folded into its first; the order is kept."""
+    groups: dict = {}
+    for i, f in enumerate(findings):
+        key = _fold_key(f)
+        if key is not None:
+            groups.setdefault(key, []).append(i)
+    big = {g[0]: g for g in groups.values() if len(g) > FOLD_AFTER}
+    if not big:
+        return findings
+    dropped = {i for g in big.values() for i in g[1:]}
+    out = []
+    for i, f in enumerate(findings):
+        if i in dropped:
+            continue
+        if i in big:
+            f = _folded([findings[j] for j in big[i]])
+        out.append(f)
     return out
+
+
+def _place(f: Finding) -> str:
+    if f.line is not None:
+        return f"line {f.line}"
+    return f.evidence[0][:200] if f.evidence else "?"
+
+
+def _folded(same: list[Finding]) -> Finding:
+    first, rest = same[0], same[1:]
+    places = ", ".join(_place(f) for f in rest[:FOLD_SHOWN])
+    more = f" and {len(rest) - FOLD_SHOWN} more" if len(rest) > FOLD_SHOWN else ""
+    fix = first.fix
+    if fix is not None and fix.edits:
+        edits = tuple(e for f in same for e in f.fix.edits)[:FOLD_EDITS]
+        fix = fix._replace(edits=edits)
+    return replace(first, message=f"{first.message} (and {len(rest)} more like it: {places}{more})",
+                   evidence=(*first.evidence, f"{len(same)} findings like it"), fix=fix)

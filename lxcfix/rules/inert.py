@@ -29,6 +29,7 @@ from __future__ import annotations
 import posixpath
 
 from .. import devices, fixes
+from ..bounded import excerpt
 from ..model import DeviceRule, Edit, Fix
 
 ALLOW, DENY = "lxc.cgroup2.devices.allow", "lxc.cgroup2.devices.deny"
@@ -39,6 +40,13 @@ DEFAULT_NAMES = {
     ("c", 1, 9): "/dev/urandom", ("c", 5, 0): "/dev/tty", ("c", 5, 1): "/dev/console", ("c", 5, 2): "/dev/ptmx",
     ("c", 136, None): "/dev/pts/*", ("c", 10, 229): "/dev/fuse", ("c", 10, 200): "/dev/net/tun",
 }
+# A rule repeated many times (a config with 400,000 copies of one line) is one LXF144 finding
+# with a count: its message names at most FOLD_SHOWN of the lines, its fix removes at most
+# FOLD_EDITS of them (a manual fix: shown, never applied), so what a scan keeps and prints
+# stays bounded whatever the config holds.
+FOLD_SHOWN = 10
+FOLD_EDITS = 1000
+
 # /dev subtrees a walk of /dev does not list (gather), so a path there cannot be judged.
 _UNWALKED = ("/dev/pts/", "/dev/shm/", "/dev/mqueue/", "/dev/hugepages/")
 
@@ -124,7 +132,8 @@ class _Judge:
                                 line=_index(o.origin) + 1)
 
     def findings(self) -> list:
-        out = []
+        out: list = []
+        dups: dict[int, list] = {}  # id(entry) -> [first outcome, count, line indexes (at most FOLD_EDITS)]
         for i, o in enumerate(self.outcomes):
             if not self.is_own(o):
                 continue
@@ -133,7 +142,13 @@ class _Judge:
             elif o.status == "added" and id(o.entry) in self.final and self.wrong_polarity(o):
                 out.append(self.inert_deny(o) if o.verb == "deny" else self.inert_allow(i, o))
             elif o.status == "reused" and id(o.entry) in self.final:
-                out.append(self.duplicate(o))
+                group = dups.get(id(o.entry))
+                if group is None:
+                    group = dups[id(o.entry)] = [o, 0, []]
+                    out.append(group)  # its place in the order; made into a finding below
+                group[1] += 1
+                if len(group[2]) < FOLD_EDITS:
+                    group[2].append(_index(o.origin))
             elif o.status == "rejected" and o.verb == "allow" and o.value.strip().startswith("/"):
                 f = self.missing_path(o)
                 if f is not None:
@@ -142,7 +157,7 @@ class _Judge:
                 f = self.defaults_dropped(o)
                 if f is not None:
                     out.append(f)
-        return out
+        return [self.duplicate(*f) if isinstance(f, list) else f for f in out]
 
     # ---- LXF140 / LXF141: a deny in allowlist mode
 
@@ -283,14 +298,29 @@ class _Judge:
 
     # ---- LXF144: a duplicate
 
-    def duplicate(self, o):
+    def duplicate(self, o, count: int = 1, indexes=()):
+        """LXF144 for `o` and the count-1 lines after it that repeat the same rule: one finding."""
         first = o.entry.origin or "an earlier line"
+        message = (f"lxc.cgroup2.devices.{o.verb}: {excerpt(o.value.strip())} does nothing: {first} already has "
+                   "the same rule (LXC keeps one)")
+        indexes = list(indexes) or [_index(o.origin)]
+        if count == 1:
+            return self.finding("LXF144", o, message, evidence=(f"same rule at {first}",),
+                                fix=Fix("remove the duplicate", (Edit("remove", indexes[0]),), "manual"))
+        shown = ", ".join(str(i + 1) for i in indexes[:FOLD_SHOWN])
+        more = count - min(count, FOLD_SHOWN)
+        lines = f"{self.mine}{shown}" + (f" and {more} more lines" if more else "")
+        notes = ()
+        if count > len(indexes):
+            notes = (f"# the edits remove the first {len(indexes)} of the {count} copies: remove every other "
+                     f"line `{excerpt(self.text(o))}` after {first} too",)
+        message = (f"lxc.cgroup2.devices.{o.verb}: {excerpt(o.value.strip())} does nothing, {count} times: {first} "
+                   f"already has the same rule (LXC keeps one), and {lines} repeat it")
         return self.finding(
-            "LXF144", o,
-            f"lxc.cgroup2.devices.{o.verb}: {o.value.strip()} does nothing: {first} already has the same rule "
-            "(LXC keeps one)",
-            evidence=(f"same rule at {first}",),
-            fix=Fix("remove the duplicate", (Edit("remove", _index(o.origin)),), "manual"))
+            "LXF144", o, message,
+            evidence=(f"same rule at {first}", f"{count} copies at {lines}"),
+            fix=Fix(f"remove the {count} duplicates", tuple(Edit("remove", i) for i in indexes), "manual",
+                    notes=notes))
 
     # ---- LXF145: a path-form rule whose path is not a device node here
 

@@ -92,9 +92,10 @@ def test_local_scan_probes_every_container_in_two_commands(cts, env, monkeypatch
     assert counted.calls["run lxc-attach"] == 0 and counted.calls["run lxc-info"] == 0, counted.calls
 
 
-def _fleet_scan(tmp_path, names, wrap):
+def _fleet_scan(tmp_path, names, wrap, compare=True):
     """One real host over a real sshd: (its report, the counting transport, a local scan of
-    the same containers command by command). wrap(transport) -> the transport the scan uses."""
+    the same containers command by command, None unless compare). wrap(transport) -> the
+    transport the scan uses."""
     keys = Keys.make(tmp_path / "client")
     d = Sshd.start(tmp_path / "sshd", keys)
     try:
@@ -116,7 +117,7 @@ def _fleet_scan(tmp_path, names, wrap):
             return t
 
         (r,) = fleet.scan_fleet(entries, connect=counting_connect, enter=connect.container)
-        local = scan_host(Local(), Lxc(), names, probe=True, batch=False)
+        local = scan_host(Local(), Lxc(), names, probe=True, batch=False) if compare else None
         (t,) = made
         return r, t, local
     finally:
@@ -167,3 +168,31 @@ def test_a_host_without_python3_is_read_command_by_command_and_says_so(tmp_path,
     assert len(r.notes) == 1 and "read command by command" in r.notes[0] and "python3" in r.notes[0], r.notes
     assert same_findings(r, local)  # slower, not worse: the device program through bpftool
     assert t.calls["run"] > 2, t.calls
+
+
+def test_a_host_of_20_running_containers_is_read_whole_in_two_commands(tmp_path, container_factory, tun, env,
+                                                                       monkeypatch):
+    """Issue 21, row 4: each probe (~15 KB) went into the sweep's argv, so from 9 running containers
+    the command was "Argument list too long" and from 16 sshd dropped the connection (a 256 KiB
+    packet): the host was LXF301 with none of its containers. The script and its request now go
+    through stdin, the probe's script once."""
+    from . import sshcount
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("LXCFIX_PROC_DEVICES", raising=False)
+    made = [container_factory([TUN_BIND] if i % 2 else [TUN_BIND, TUN_ALLOW]) for i in range(20)]
+    names = [c.name for c in made]
+    with sshcount.counting() as connections:
+        r, t, _ = _fleet_scan(tmp_path, names, lambda t: t, compare=False)
+    assert r.error is None and r.notes == (), (r.error, r.notes)
+    assert [c.ct for c in r.containers] == names
+    codes = {c.ct: {f.code for f in c.findings} for c in r.containers}
+    for i, name in enumerate(names):
+        if i % 2:  # probed inside: tun denied
+            assert {"LXF100", "LXF200"} <= codes[name], (name, codes[name])
+        else:
+            assert not codes[name] - {"LXF111"}, (name, codes[name])
+        assert "LXF301" not in codes[name]
+    assert connections == {"hv": 1}
+    assert t.calls["run"] <= 4 and t.calls["run"] == t.calls["run python3"] == 2, t.calls
+    assert t.calls["read"] == t.calls["listdir"] == t.calls["isdir"] == 0, t.calls

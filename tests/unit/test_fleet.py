@@ -528,3 +528,25 @@ def test_remote_calls_stay_small_and_without_probes_use_one_chunk(tmp_path, monk
     monkeypatch.setattr(fleet, "MAX_PER_CALL", 3)
     (r,) = fleet.scan_fleet(entries("all:\n  hosts: {h: }\n"), probe=False, connect=f.connect)
     assert sorted(sizes) == [2, 2, 3] and [c.ct for c in r.containers] == cts
+
+
+def test_containers_whose_name_lxcfix_cannot_act_on_are_listed_escaped_as_lxf132(tmp_path):
+    """Issue 21, row 6: 'a b', 'tëst' and a name with an ESC byte were left out without a word."""
+    from lxcfix import repair
+    from lxcfix.backends import Lxc
+
+    odd = ["a b", "tëst", "e\x1b[31m"]
+    root = lxc_host(tmp_path, "h", ["vpn", *odd])
+    shown = ["a b", "e\\x1b[31m", "t\\xc3\\xabst"]
+    f = Fleet({"h": root})
+    (r,) = fleet.scan_fleet(entries("all:\n  hosts: {h: }\n"), probe=False, connect=f.connect)
+    local = repair.scan(repair.Target(RootDir(str(root), name="h"), Lxc(), root=str(root)), None)
+    for rep in (r, local):
+        assert [c.ct for c in rep.containers] == ["vpn", *shown]
+        for c in rep.containers[1:]:
+            (x,) = c.findings
+            assert x.code == "LXF132" and f"container '{c.ct}' not judged" in x.message and "\x1b" not in x.message
+    # asked for by name, such a container is refused as bad input, its name escaped
+    with pytest.raises(BadInput) as e:
+        repair.scan(repair.Target(RootDir(str(root), name="h"), Lxc(), root=str(root)), ["e\x1b[31m"])
+    assert "'e\\x1b[31m'" in str(e.value) and "\x1b" not in str(e.value)

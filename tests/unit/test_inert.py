@@ -196,3 +196,70 @@ def test_replay_outcomes_and_ruleset_agree():
     rs = devices.RuleSet.replay(lines, shared=2)
     assert [sr.rule for sr in rs.rules] == list(dl.program().rules)
     assert rs.allows("c", 5, 1) and not rs.allows("c", 1, 3) and not rs.allows("c", 10, 200)
+
+
+# ---- a rule repeated many times is one finding with a count (issue 21, row 7)
+
+def test_copies_of_one_rule_are_one_lxf144_with_a_count_and_the_fix_removes_them_all():
+    rule = "lxc.cgroup2.devices.allow: c 10:200 rwm\n"
+    ctx, got = found(HEAD + rule * 4 + "lxc.cgroup2.devices.allow: c 1:3 rwm\n")
+    assert [(f.code, f.line) for f in got] == [("LXF144", 4), ("LXF144", 7)]
+    f = got[0]
+    assert "does nothing, 3 times: 200.conf:3 already has the same rule" in f.message
+    assert "200.conf:4, 5, 6 repeat it" in f.message
+    assert [e.index for e in f.fix.edits] == [3, 4, 5] and f.fix.applicability == "manual"
+    again = [g.code for g in inert.check(fixed(ctx, f))]
+    assert again == ["LXF144"]  # only common.conf's duplicate is left
+    assert "common.conf:4 already has" in got[1].message and "times" not in got[1].message
+
+
+def test_a_fold_names_at_most_ten_lines_and_its_fix_at_most_a_thousand():
+    rule = "lxc.cgroup2.devices.allow: c 10:200 rwm\n"
+    _, (f,) = found(HEAD + rule * 3001)
+    assert "does nothing, 3000 times" in f.message and "and 2990 more lines repeat it" in f.message
+    assert f.message.count(",") <= inert.FOLD_SHOWN + 2 and len(f.message) < 400
+    assert len(f.fix.edits) == inert.FOLD_EDITS and any("first 1000 of the 3000" in n for n in f.fix.notes)
+
+
+def test_many_findings_alike_but_for_their_line_fold_into_one():
+    from lxcfix import rules
+
+    ctx = make_ctx(HEAD + "garbage line\n" * 200 + "more garbage\n")
+    got = [f for f in run_rules(ctx) if f.code == "LXF130"]
+    assert len(got) == 2  # 200 alike fold; the odd one stays its own
+    assert "(and 199 more like it:" in got[0].message and f" and {199 - rules.FOLD_SHOWN} more)" in got[0].message
+    assert "more like it" not in got[1].message
+    few = [f for f in run_rules(make_ctx(HEAD + "garbage line\n" * 3)) if f.code == "LXF130"]
+    assert len(few) == 3  # a few stay as they are
+
+
+def test_a_400000_line_config_scans_in_bounded_memory_and_prints_one_finding(tmp_path):
+    """It used to make 400,000 LXF144 findings: 1.66 GiB at peak and 200 MB of output. The scan
+    runs in a subprocess whose address space is limited to 1 GiB (no timing asserted)."""
+    import json
+    import os
+    import resource
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    root = tmp_path / "snap"
+    shutil.copytree(repo / "examples/lxc-healthy", root)
+    config = root / "var/lib/lxc/vpn/config"
+    config.write_text(config.read_text() + "lxc.cgroup2.devices.allow = c 10:200 rwm\n" * 400_000)
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+    env = {**os.environ, "PYTHONPATH": str(repo), "NO_COLOR": "1"}
+    r = subprocess.run([sys.executable, "-m", "lxcfix", "scan", "--root", str(root), "--json"], cwd=repo, env=env,
+                       preexec_fn=limit, capture_output=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert len(r.stdout) < 200_000, len(r.stdout)
+    doc = json.loads(r.stdout)
+    (vpn,) = [c for c in doc["containers"] if c["ct"] == "vpn"]
+    (f,) = vpn["findings"]
+    assert f["code"] == "LXF144" and "400000 times" in f["message"] and "399990 more lines" in f["message"]
+    assert len(f["edits"]) == inert.FOLD_EDITS
