@@ -357,9 +357,12 @@ def nodes_of(profile: Profile, facts: HostFacts) -> list[DeviceNode]:
 
 def resolve(path: str, facts: HostFacts) -> DeviceNode | None:
     """The node at `path` on the host: stat()ed when the host's dev/ was read,
-    else from the catalog and /proc/devices. None when it does not exist."""
+    else from the catalog and /proc/devices. None when it does not exist, or what is
+    there is not a node (a regular file, a directory: facts.not_nodes)."""
     if facts.nodes_known:
         return facts.nodes.get(path)
+    if path in facts.not_nodes:
+        return None
     known = lookup(path, facts)
     if known is None or known.major is None:
         return None

@@ -214,7 +214,7 @@ def _take(out: Answers, kind: str, name: str, body: bytes) -> None:
         out.runs[argv] = Result(rc, str(doc["stdout"]), str(doc["stderr"]))
     elif kind == "node":
         k, major, minor, mode, uid, gid = _text(body).split(" ")
-        if k not in ("c", "b"):
+        if k not in ("c", "b", "f", "d", "l"):  # f, d, l: what the /dev walk found instead of a node
             raise ValueError("node kind")
         out.nodes[name] = (k, *(_bounded(v) for v in (major, minor, mode, uid, gid)))
     elif kind == "walked":
@@ -349,20 +349,26 @@ def follow(path, depth):
         SOURCES.extend(mounts_of(data))
         for inc in includes_of(data): follow(inc, depth + 1)
 
-def node(path, follow_links):
+def node(path, follow_links, odd=False):
     try:
         st = os.stat(path) if follow_links else os.lstat(path)
+    except FileNotFoundError:
+        if odd and os.path.islink(path): emit("node", path, "l 0 0 0 0 0")
+        return
     except OSError:
         return
     kind = "c" if stat.S_ISCHR(st.st_mode) else "b" if stat.S_ISBLK(st.st_mode) else None
+    if kind is None and odd:
+        kind = "f" if stat.S_ISREG(st.st_mode) else "d" if stat.S_ISDIR(st.st_mode) else None
     if kind:
-        emit("node", path, "%s %d %d %d %d %d" % (kind, os.major(st.st_rdev), os.minor(st.st_rdev), st.st_mode, st.st_uid, st.st_gid))
+        rdev = st.st_rdev if kind in "cb" else 0
+        emit("node", path, "%s %d %d %d %d %d" % (kind, os.major(rdev), os.minor(rdev), st.st_mode, st.st_uid, st.st_gid))
 
 def walk(top):
     for dirpath, dirnames, filenames in os.walk(top):
         dirnames[:] = [d for d in dirnames if d not in ("pts", "shm", "mqueue", "hugepages")]
-        for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
-            node(os.path.join(dirpath, name), True)
+        for name in filenames + dirnames:
+            node(os.path.join(dirpath, name), True, True)
     emit("walked", top, b"")
 
 def mounts_of(data):

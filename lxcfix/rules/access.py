@@ -177,6 +177,8 @@ def analyze(ctx, groups: Mapping[str, int] | None = None) -> Access:
         return Access()
     wanted = []
     for g in _distinct(ctx.effective.given):
+        if g.path in ctx.facts.not_nodes:
+            continue  # no node there to open (LXF159)
         inside = "/" + g.target.lstrip("/")
         group = fixes.group_for(inside) or (fixes.group_for(g.path) if g.via == "devn" else None)
         if group is not None:
