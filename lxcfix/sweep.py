@@ -303,12 +303,12 @@ def emit_run(argv, timeout, cap):
     emit("run", " ".join(argv)[:200], json.dumps({"argv": argv, "rc": rc, "stdout": out, "stderr": err}))
     return rc, out
 
-def includes_of(data):
+def includes_of(data, key="lxc.include"):
     found = []
     for line in data.decode("utf-8", "surrogateescape").split("\n"):
         s = line.strip()
-        if not s.startswith("lxc.include"): continue
-        rest = s[len("lxc.include"):].lstrip()
+        if not s.startswith(key): continue
+        rest = s[len(key):].lstrip()
         if rest[:1] in (":", "="): found.append(rest[1:].strip())
     return found
 
@@ -325,6 +325,9 @@ def follow(path, depth):
     if data is not None:
         SOURCES.extend(mounts_of(data))
         for inc in includes_of(data): follow(inc, depth + 1)
+        for f in includes_of(data, "lxc.mount.fstab"):
+            if f.startswith("/") and f not in SEEN and not os.path.isdir(f):
+                SEEN.add(f); emit("notdir", f, b""); read(f)
 
 def node(path, follow_links):
     try:
