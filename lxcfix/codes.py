@@ -340,6 +340,10 @@ CODES: dict[str, Code] = {c.code: c for c in (
         "BPF_PROG_GET_FD_BY_ID, BPF_OBJ_GET_INFO_BY_FD for the translated instructions; bpftool as a "
         "fallback) and decodes LXC's generated code (one block per rule, in reverse config order). "
         "Measured: LXC 5.0.2 and 6.0.4 generate byte-identical programs, equal to what lxcfix encodes. "
+        "The program is read at the container's limit cgroup (`lxc.payload.<name>`, Proxmox's "
+        "`lxc/<vmid>`, found in the init's cgroup path), never at the init's own cgroup below it: a "
+        "privileged container's root can move its init into a cgroup it made and attach a program of "
+        "its own there (the evidence names it), while the kernel still runs LXC's. "
         "`lxc-info -c KEY` reads the file, not the running state, so it cannot tell.",
         (("any", "Restart the container to load the config, or `lxcfix apply --ct CT --live` to make the "
                  "running program match the (fixed) config."),),

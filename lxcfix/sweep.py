@@ -369,18 +369,13 @@ def live(ct, tpl, timeout, cap):
     if rc != 0 or not words or words[-1].lower() != "running": return
     rc, out = emit_run(fill(tpl["pid"]), timeout, cap)
     pid = out.strip()
-    cands = []
+    data = None
     if rc == 0 and pid.isdigit() and len(pid) < 12:
         data = read("/proc/%s/cgroup" % pid)
-        for line in (data or b"").decode("utf-8", "replace").splitlines():
-            if line.startswith("0::"):
-                rel = line[3:].strip()
-                if rel.endswith(" (deleted)"): rel = rel[:-10]
-                cands.append(os.path.normpath("/sys/fs/cgroup/" + rel.lstrip("/")) if rel not in ("", "/") else "/sys/fs/cgroup")
-    for c in fill(tpl["cgroups"]):
-        if c not in cands: cands.append(c)
+    cands, deeper = cgroup_plan((data or b"").decode("utf-8", "replace"), ct, fill(tpl["cgroups"]))
     for c in cands:
         if reader_record(c) == 0: break
+    if deeper: reader_record(deeper)
 
 def pool(jobs, n):
     jobs = list(jobs)
@@ -453,9 +448,9 @@ STDOUT.flush()
 
 def script() -> str:
     """The script with the BPF reader's functions (bpf.READER_LIB) it runs in-process."""
-    from .bpf import READER_LIB
+    from .bpf import CGROUP_LIB, READER_LIB
 
-    return READER_LIB + SCRIPT
+    return READER_LIB + CGROUP_LIB + SCRIPT
 
 
 def argv(request: Request, nonce_: str) -> list[str]:
