@@ -297,7 +297,9 @@ CODES: dict[str, Code] = {c.code: c for c in (
                   "(`pct exec CT -- getent group render`); a bind mount becomes a devN entry."),
          ("path", "Map the host group onto the container's group: `lxc.idmap` lines that split `g 0 100000 "
                   "65536` around GID (`g GID HOSTGID 1`), and `root:HOSTGID:1` in /etc/subgid "
-                  "(`lxcfix apply --write-subgid` writes it, backed up)."),
+                  "(`lxcfix apply --write-subgid` writes it, backed up). Never for a host group that grants "
+                  "anything on the host (gid 0, shadow, disk, kmem, sudo, adm, a system gid under 100 that is "
+                  "not the node's own): give the node a group of its own with a udev rule first."),
          ("numeric", "The same idmap change; `--mode-0666` (devN `mode=0666`) lets every user in instead.")),
         "The service runs as root inside, or its user is in a group the node's mode lets in by other means "
         "(an ACL inside the container). The probe's open as the member (LXF204/LXF205) settles it.",
@@ -313,7 +315,9 @@ CODES: dict[str, Code] = {c.code: c for c in (
         "container: a bind-mounted root:993 0660 node gives EACCES to root inside.",
         (("devn", "Proxmox VE 8.1+: replace the bind mount with `devN: /dev/kfd,gid=GID` (Proxmox creates the "
                   "node inside with the mapped owner)."),
-         ("path", "Pass the host group through with `lxc.idmap` lines and `root:HOSTGID:1` in /etc/subgid."),
+         ("path", "Pass the host group through with `lxc.idmap` lines and `root:HOSTGID:1` in /etc/subgid "
+                  "(never gid 0, shadow, disk, kmem, sudo, adm or another system gid under 100: a udev rule "
+                  "giving the node its own group instead)."),
          ("numeric", "The same idmap change; or a udev rule on the host that gives the node mode 0666.")),
         "The node's mode lets 'other' in (0666): then anyone inside can open it and lxcfix does not report it.",
         family="access", subject=("device",), verify="fixed", kind="no-access", audit="group_access",
