@@ -580,7 +580,9 @@ CODES: dict[str, Code] = {c.code: c for c in (
                  "dev/dri/renderD128 none bind,optional,create=file` or `devN: /dev/dri/renderD128`), never "
                  "from a path inside the container's own storage."),),
         "A directory the admin knows is read-only to the container (a read-only bind mount of a host "
-        "directory the tenant cannot write is already excluded).",
+        "directory the tenant cannot write is already excluded; a read-write bind of a directory whose "
+        "mode keeps an unprivileged container's mapped root out is still counted: lxcfix judges the "
+        "mount, not the directory's owner).",
         family="tenant", subject=("device", "line"),
     ),
     Code(
