@@ -448,6 +448,60 @@ def _with_id(d: LiveAllowlist, pid: int) -> LiveAllowlist:
     return LiveAllowlist(d.mode, d.rules, d.unknown, pid)
 
 
+# Where a container's device program is read, as source the sweep script runs on a host too
+# (sweep.script() puts it next to READER_LIB), so both read the same cgroups in the same order.
+CGROUP_LIB = r'''
+def cgroup_plan(proc_cgroup, ct, defaults, root="/sys/fs/cgroup"):
+    """(the cgroups to read the container's device program from, in order; the init's own
+    cgroup when it lies below the container's limit cgroup, else None).
+
+    The limit cgroup is LXC's: the outermost `lxc.payload.<ct>` (or `-N`) or `lxc/<ct>` in the
+    init's v2 path. Below it, container root (privileged, cgroup mounted rw) makes its own
+    cgroups, moves its init there and attaches programs of its own; what LXC attached stays
+    where it was. Only the first `0::` line counts (a cgroup name may hold a newline, and
+    the kernel writes the real line first). A path of no known layout is read last."""
+    own = None
+    for line in (proc_cgroup or "")[:8192].split("\n"):
+        if line.startswith("0::"):
+            own = line[3:].strip()
+            if own.endswith(" (deleted)"):
+                own = own[:-10]
+            break
+    cands, deeper, limit, own_path = [], None, None, None
+    if own is not None:
+        parts = [p for p in own.split("/") if p and p != "."]
+        if ".." not in parts:
+            own_path = root + "/" + "/".join(parts) if parts else root
+            payload = "lxc.payload." + ct
+            for i, p in enumerate(parts):
+                if p == payload or (p.startswith(payload + "-") and p[len(payload) + 1:].isdigit()):
+                    limit = parts[:i + 1]
+                elif p == "lxc" and parts[i + 1:i + 2] == [ct]:
+                    limit = parts[:i + 2]
+                if limit is not None:
+                    break
+    if limit is not None:
+        cands.append(root + "/" + "/".join(limit))
+        if own_path != cands[0]:
+            deeper = own_path
+    for c in defaults:
+        if c not in cands:
+            cands.append(c)
+    if own_path is not None and limit is None and own_path not in cands:
+        cands.append(own_path)
+    return cands, deeper
+'''
+
+_CGROUP_NS: dict = {}
+exec(compile(CGROUP_LIB, "<lxcfix cgroup plan>", "exec"), _CGROUP_NS)
+cgroup_plan = _CGROUP_NS["cgroup_plan"]
+
+
+def default_cgroups(backend: str, ct: str, root: str = CGROUP_ROOT) -> list[str]:
+    """Where LXC and Proxmox put a container's limit cgroup by default (see cgroup_candidates)."""
+    return ([f"{root}/lxc/{ct}", f"{root}/lxc/{ct}/ns"] if backend == "pve" else []) + [f"{root}/lxc.payload.{ct}"]
+
+
 def cgroup_candidates(backend: str, ct: str, *, proc_cgroup: str | None = None,
                       root: str = CGROUP_ROOT) -> list[str]:
     """Where the container's device program lives, most likely first.
@@ -457,23 +511,14 @@ def cgroup_candidates(backend: str, ct: str, *, proc_cgroup: str | None = None,
     pve: Proxmox sets lxc.cgroup.dir.container = lxc/<vmid> with the inner
          `ns` cgroup: the program sits on `<root>/lxc/<vmid>` (measured with
          the same settings), processes in `.../ns`.
-    proc_cgroup: the text of /proc/<init pid>/cgroup, when known: its v2
-    path comes first (the reader falls back to the effective list there, so
-    an ancestor's program is found too).
+    proc_cgroup: the text of /proc/<init pid>/cgroup, when known: the limit cgroup in its
+    v2 path comes first (LXC nests the container under the monitor's cgroup on some
+    hosts), never the init's own cgroup below it, which the container's root can make
+    and attach a program of its own to (deeper_cgroup: that one, to be reported).
     """
-    out: list[str] = []
-    if proc_cgroup:
-        for line in proc_cgroup.splitlines():
-            if line.startswith("0::"):
-                rel = line[3:].strip()
-                if rel.endswith(" (deleted)"):
-                    rel = rel[: -len(" (deleted)")]
-                out.append(posixpath.normpath(root + "/" + rel.lstrip("/")) if rel not in ("", "/") else root)
-    if backend == "pve":
-        out += [f"{root}/lxc/{ct}", f"{root}/lxc/{ct}/ns"]
-    out.append(f"{root}/lxc.payload.{ct}")
-    seen: list[str] = []
-    for p in out:
-        if p not in seen:
-            seen.append(p)
-    return seen
+    return cgroup_plan(proc_cgroup, ct, default_cgroups(backend, ct, root), root)[0]
+
+
+def deeper_cgroup(backend: str, ct: str, proc_cgroup: str | None, root: str = CGROUP_ROOT) -> str | None:
+    """The init's own cgroup when it lies below the container's limit cgroup, else None."""
+    return cgroup_plan(proc_cgroup, ct, default_cgroups(backend, ct, root), root)[1]

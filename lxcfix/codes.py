@@ -297,7 +297,9 @@ CODES: dict[str, Code] = {c.code: c for c in (
                   "(`pct exec CT -- getent group render`); a bind mount becomes a devN entry."),
          ("path", "Map the host group onto the container's group: `lxc.idmap` lines that split `g 0 100000 "
                   "65536` around GID (`g GID HOSTGID 1`), and `root:HOSTGID:1` in /etc/subgid "
-                  "(`lxcfix apply --write-subgid` writes it, backed up)."),
+                  "(`lxcfix apply --write-subgid` writes it, backed up). Never for a host group that grants "
+                  "anything on the host (gid 0, shadow, disk, kmem, sudo, adm, a system gid under 100 that is "
+                  "not the node's own): give the node a group of its own with a udev rule first."),
          ("numeric", "The same idmap change; `--mode-0666` (devN `mode=0666`) lets every user in instead.")),
         "The service runs as root inside, or its user is in a group the node's mode lets in by other means "
         "(an ACL inside the container). The probe's open as the member (LXF204/LXF205) settles it.",
@@ -313,7 +315,9 @@ CODES: dict[str, Code] = {c.code: c for c in (
         "container: a bind-mounted root:993 0660 node gives EACCES to root inside.",
         (("devn", "Proxmox VE 8.1+: replace the bind mount with `devN: /dev/kfd,gid=GID` (Proxmox creates the "
                   "node inside with the mapped owner)."),
-         ("path", "Pass the host group through with `lxc.idmap` lines and `root:HOSTGID:1` in /etc/subgid."),
+         ("path", "Pass the host group through with `lxc.idmap` lines and `root:HOSTGID:1` in /etc/subgid "
+                  "(never gid 0, shadow, disk, kmem, sudo, adm or another system gid under 100: a udev rule "
+                  "giving the node its own group instead)."),
          ("numeric", "The same idmap change; or a udev rule on the host that gives the node mode 0666.")),
         "The node's mode lets 'other' in (0666): then anyone inside can open it and lxcfix does not report it.",
         family="access", subject=("device",), verify="fixed", kind="no-access", audit="group_access",
@@ -340,6 +344,10 @@ CODES: dict[str, Code] = {c.code: c for c in (
         "BPF_PROG_GET_FD_BY_ID, BPF_OBJ_GET_INFO_BY_FD for the translated instructions; bpftool as a "
         "fallback) and decodes LXC's generated code (one block per rule, in reverse config order). "
         "Measured: LXC 5.0.2 and 6.0.4 generate byte-identical programs, equal to what lxcfix encodes. "
+        "The program is read at the container's limit cgroup (`lxc.payload.<name>`, Proxmox's "
+        "`lxc/<vmid>`, found in the init's cgroup path), never at the init's own cgroup below it: a "
+        "privileged container's root can move its init into a cgroup it made and attach a program of "
+        "its own there (the evidence names it), while the kernel still runs LXC's. "
         "`lxc-info -c KEY` reads the file, not the running state, so it cannot tell.",
         (("any", "Restart the container to load the config, or `lxcfix apply --ct CT --live` to make the "
                  "running program match the (fixed) config."),),
@@ -607,17 +615,24 @@ CODES: dict[str, Code] = {c.code: c for c in (
         "LXF160", "error",
         "a device passed in from a directory the container can write",
         "A bind mount, `devN:` entry or path-form rule whose source lies under the container's rootfs, "
-        "an `mpN:` volume or a bind-mounted directory: root inside can replace that path with any "
-        "device node it likes (mknod in its own rootfs), so the tenant, not the admin, chooses what "
-        "the container gets. lxcfix allows nothing for it in any style.",
-        "The config's writable host directories (rootfs, mpN, bind-mounted directories) against each "
-        "device source, by path (lstat, never followed). Measured: a node the tenant made (c 1:11) "
-        "still gives EPERM, since no rule is planned for it.",
+        "an `mpN:` volume or a directory bind-mounted read-write (any form: plain `bind`, `bind,rw`, "
+        "`rbind`, `create=dir`, idmapped or not, from the config, an include or an `lxc.mount.fstab` "
+        "file): root inside can replace that path with any device node it likes (mknod), or with a "
+        "symlink to a host device that LXC and Proxmox follow at the next start, so the tenant, not "
+        "the admin, chooses what the container gets. lxcfix allows nothing for it in any style (no "
+        "rule, no devN).",
+        "The config's writable host directories (rootfs, mpN, every read-write bind of a directory, "
+        "fstab files and includes followed) against each device source, by path (lstat, never "
+        "followed). Measured: a node the tenant made (c 1:11) still gives EPERM, since no rule is "
+        "planned for it; a symlink to /dev/kmsg in a plainly bind-mounted directory stays denied "
+        "after a restart.",
         (("any", "Pass the device from the host's /dev (`lxc.mount.entry: /dev/dri/renderD128 "
                  "dev/dri/renderD128 none bind,optional,create=file` or `devN: /dev/dri/renderD128`), never "
                  "from a path inside the container's own storage."),),
         "A directory the admin knows is read-only to the container (a read-only bind mount of a host "
-        "directory the tenant cannot write is already excluded).",
+        "directory the tenant cannot write is already excluded; a read-write bind of a directory whose "
+        "mode keeps an unprivileged container's mapped root out is still counted: lxcfix judges the "
+        "mount, not the directory's owner).",
         family="tenant", subject=("device", "line"),
     ),
     Code(

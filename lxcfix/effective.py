@@ -109,6 +109,9 @@ class Effective:
     # are left out of `given` (nothing is allowed for them; rules.tenant reports them, LXF160).
     writable: tuple[str, ...] = ()
     tenant: tuple[Given, ...] = ()
+    # For each of `writable`, how the container gets to write it ("lxc.mount.entry at web/config:4
+    # bind-mounts it read-write", "mp0", "its rootfs"), in the same order.
+    writable_how: tuple[str, ...] = ()
     # lxc.include targets still unread past 8 levels of includes (a file that includes itself)
     too_deep: tuple[str, ...] = ()
 
@@ -253,7 +256,7 @@ def effective(cfg: CtConfig, facts: HostFacts, load: Loader) -> Effective:
     mounts = tuple(
         m for k, v, o in items if k == MOUNT_KEY
         if (m := parse_mount(v, line_of.get(o), o)) is not None
-    )
+    ) + fstab_mounts(items, load)
     devn_t = tuple(devn)
     if pve:
         idmap = tuple((v, line_of.get(o)) for k, v, o in own if k == "lxc.idmap")
@@ -264,7 +267,8 @@ def effective(cfg: CtConfig, facts: HostFacts, load: Loader) -> Effective:
     # a devN, or allows a path can take a device from a directory the tenant writes.
     path_rules = any(verb == "allow" and v.lstrip()[:1] == "/" for verb, v, _ in rule_lines[shared:])
     own_binds = any(m.is_bind and m.index is not None and m.source.startswith("/") for m in mounts)
-    writable = writable_dirs(cfg, items, mounts) if own_binds or devn_t or path_rules else ()
+    found = _writable(cfg, items, mounts, facts) if own_binds or devn_t or path_rules else ()
+    writable = tuple(p for p, _ in found)
     given, tenant = [], []
     for g in _given(mounts, devn_t, facts, writable):
         (tenant if under(g.path, writable) else given).append(g)
@@ -281,6 +285,7 @@ def effective(cfg: CtConfig, facts: HostFacts, load: Loader) -> Effective:
         shared=shared,
         writable=writable,
         tenant=tuple(tenant),
+        writable_how=tuple(how for _, how in found),
         too_deep=too_deep,
     )
 
@@ -290,25 +295,78 @@ def effective(cfg: CtConfig, facts: HostFacts, load: Loader) -> Effective:
 _ROOTFS_DIR_TYPES = ("dir", "btrfs", "overlay", "overlayfs")
 
 
-def writable_dirs(cfg: CtConfig, items: list[tuple[str, str, str]], mounts: tuple[Mount, ...]) -> tuple[str, ...]:
-    """Host directories the container can write, from its config: its rootfs (lxc.rootfs.path,
-    Proxmox's `rootfs:` when it is a directory, and /var/lib/lxc/<ct>/rootfs where LXC and
-    Proxmox keep it), Proxmox bind mount points (`mpN: /host/dir,mp=...` without ro=1), and
-    directories bind-mounted in by lxc.mount.entry (create=dir or rbind, without ro). A
-    device node under one of them is whatever the tenant puts there."""
-    out: list[str] = []
+def fstab_mounts(items: list[tuple[str, str, str]], load: Loader) -> tuple[Mount, ...]:
+    """The mounts of the `lxc.mount.fstab` files a config names (fstab lines: `source target
+    fstype options [dump pass]`, as lxc.mount.entry takes them), read through `load`."""
+    out: list[Mount] = []
+    for key, value, _ in items:
+        path = value.strip()
+        if key != "lxc.mount.fstab" or not path.startswith("/"):
+            continue
+        for name, raw in (load(path) or [])[:1]:
+            base = posixpath.basename(name) or name
+            for n, line in enumerate(raw.decode("utf-8", "surrogateescape").split("\n")[:10000]):
+                text = line.strip()
+                if text and not text.startswith("#") and (m := parse_mount(text, None, f"fstab {base}:{n + 1}")):
+                    out.append(m)
+    return tuple(out)
+
+
+def writable_dirs(cfg: CtConfig, items: list[tuple[str, str, str]], mounts: tuple[Mount, ...],
+                  facts: HostFacts | None = None) -> tuple[str, ...]:
+    """Host directories the container can write, from its config (see _writable)."""
+    return tuple(p for p, _ in _writable(cfg, items, mounts, facts))
+
+
+# Kernel filesystems: a bind of one of these is no directory a tenant puts a device node in.
+_KERNEL_FS = ("/proc", "/sys", "/dev")
+
+
+def _norm(path: str) -> str:
+    return "/" + posixpath.normpath(path).lstrip("/")
+
+
+def writable_mount(m: Mount, facts: HostFacts | None = None) -> bool:
+    """A bind mount that gives the container a host directory to write: any bind (plain
+    `bind`, `bind,rw`, `rbind`, `create=dir`, idmapped or not) without `ro`, of a directory.
+    What is not a directory: a `create=file` mount, a node the host walk found at the source,
+    a mount into the container's dev/ that does not say create=dir (a device mount)."""
+    if not m.is_bind or not m.source.startswith("/") or "ro" in m.options:
+        return False
+    src = _norm(m.source)
+    if any(src == k or src.startswith(k + "/") for k in _KERNEL_FS) or src == "/":
+        return False
+    if "create=dir" in m.options or "rbind" in m.options:
+        return True
+    if "create=file" in m.options or m.target.lstrip("/").startswith("dev/"):
+        return False
+    return not (facts is not None and facts.nodes_known and facts.nodes.get(m.source) is not None)
+
+
+def _writable(cfg: CtConfig, items: list[tuple[str, str, str]], mounts: tuple[Mount, ...],
+              facts: HostFacts | None) -> tuple[tuple[str, str], ...]:
+    """(host directory, how the container writes it) for each directory the container can
+    write: its rootfs (lxc.rootfs.path, Proxmox's `rootfs:` when it is a directory, and
+    /var/lib/lxc/<ct>/rootfs where LXC and Proxmox keep it), Proxmox bind mount points
+    (`mpN: /host/dir,mp=...` without ro), and directories bind-mounted in read-write by
+    lxc.mount.entry, an include or an lxc.mount.fstab file (writable_mount). A device
+    node under one of them is whatever the tenant puts there."""
+    out: list[tuple[str, str]] = []
     base = posixpath.basename(cfg.path or "")
     if cfg.flavor == "pve":
         vmid = base[:-5] if base.endswith(".conf") else ""
         if vmid.isascii() and vmid.isdigit():
-            out.append(f"/var/lib/lxc/{vmid}/rootfs")
+            out.append((f"/var/lib/lxc/{vmid}/rootfs", "the container's rootfs"))
         for key, value in cfg.items():
             if key == "rootfs" or (key.startswith("mp") and key[2:].isascii() and key[2:].isdigit()):
                 volume, *opts = value.split(",")
-                if volume.strip().startswith("/") and (key == "rootfs" or "ro=1" not in [o.strip() for o in opts]):
-                    out.append(volume.strip())
+                ro = any(o.strip().partition("=")[::2] in (("ro", v) for v in ("1", "on", "yes", "true"))
+                         for o in opts)
+                if volume.strip().startswith("/") and (key == "rootfs" or not ro):
+                    out.append((volume.strip(), "the container's rootfs" if key == "rootfs"
+                                else f"{key}: bind-mounts it read-write"))
     elif cfg.path:
-        out.append(posixpath.join(posixpath.dirname(cfg.path), "rootfs"))
+        out.append((posixpath.join(posixpath.dirname(cfg.path), "rootfs"), "the container's rootfs"))
     for key, value, _ in items:
         if key != "lxc.rootfs.path" or not value.strip():
             continue
@@ -318,22 +376,23 @@ def writable_dirs(cfg: CtConfig, items: list[tuple[str, str, str]], mounts: tupl
         if kind in _ROOTFS_DIR_TYPES:
             path = rest.rsplit(":", 1)[-1] if kind.startswith("overlay") else rest
             if path.startswith("/"):
-                out.append(path)
+                out.append((path, "the container's rootfs (lxc.rootfs.path)"))
     for m in mounts:
-        if m.is_bind and m.source.startswith("/") and "ro" not in m.options \
-                and ("create=dir" in m.options or "rbind" in m.options):
-            out.append(m.source)
-    roots = []
-    for p in out:
-        p = posixpath.normpath(p)
-        if p not in roots and p != "/" and not p.startswith("/dev/") and p != "/dev":
-            roots.append(p)
+        if writable_mount(m, facts):
+            where = f"lxc.mount.entry at {m.origin}" if not m.origin.startswith("fstab ") else \
+                f"lxc.mount.fstab ({m.origin[6:]})"
+            out.append((m.source, f"{where} bind-mounts it read-write ({','.join(m.options)})"))
+    roots: list[tuple[str, str]] = []
+    for p, how in out:
+        p = _norm(p)
+        if p not in [r for r, _ in roots] and p != "/" and not p.startswith("/dev/") and p != "/dev":
+            roots.append((p, how))
     return tuple(roots)
 
 
 def under(path: str, roots: tuple[str, ...]) -> str | None:
     """The first of `roots` that `path` lies in (or is), else None."""
-    p = posixpath.normpath(path or "/")
+    p = _norm(path or "/")
     for root in roots:
         if p == root or p.startswith(root.rstrip("/") + "/"):
             return root

@@ -214,6 +214,23 @@ def _subid_json(value) -> list[list]:
     return [list(e) for e in value]
 
 
+_GROUP_NAME = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.\-]{0,31}\$?")
+
+
+def parse_group(text: str) -> dict[str, int]:
+    """/etc/group (group(5)): `name:password:gid:members` lines -> {name: gid}, the first line of
+    a name winning (as getgrnam reads it). Lines that are not that are dropped; at most 65,536 lines."""
+    out: dict[str, int] = {}
+    for line in text.split("\n")[:65536]:
+        parts = line.strip().split(":")
+        if len(parts) != 4 or not _GROUP_NAME.fullmatch(parts[0]) or parts[0] in out:
+            continue
+        gid = _uint(parts[2], 10, 10, ID_MAX)
+        if gid is not None:
+            out[parts[0]] = gid
+    return out
+
+
 def subid_allows(entries, name: str, first: int, count: int = 1) -> bool:
     """Do these subgid entries let `name` map [first, first + count)? (newgidmap's check)"""
     return any(n == name and s <= first and first + count <= s + c for n, s, c in entries or ())
@@ -435,6 +452,9 @@ FACTS: dict[str, Fact] = {
     # Which host ids root may map into containers (newgidmap checks it): an idmap that passes a
     # host group through needs a `root:<gid>:1` line here.
     "subgid": Fact(parse_subid, read="/etc/subgid", to_json=_subid_json),
+    # The host's groups by name: which host gid is root's, shadow's, disk's... (never mapped
+    # into a container, rules.access), and which is a node's own group (render, video).
+    "host_groups": Fact(parse_group, read="/etc/group"),
     # For remote hosts: one command lists every device node under /dev
     # (symlinks followed, so /dev/serial/by-id and /dev/dri/by-path resolve).
     "dev_nodes": Fact(

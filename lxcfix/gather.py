@@ -114,6 +114,7 @@ def host_facts(t: Transport, backend: Proxmox | Lxc, upgrade: bool = False) -> H
         lxc_version=value.get("lxc_version"),
         raw=raw,
         subgid=value.get("subgid"),
+        groups=value.get("host_groups"),
         kernel=kernel,
         kernels=kernel_trees(t, modules, dkms) if upgrade and out_of_tree else {},
         modules=modules,

@@ -117,6 +117,41 @@ class IdMap:
         return [r.text() for r in self.ranges]
 
 
+# Host groups that grant something on the host (Debian's reserved ones, base-passwd): mapped
+# into a container, its root owns files of that group on the host (setgid ones included).
+# Looked up by name in the host's /etc/group, and by these usual Debian gids.
+PRIVILEGED_GROUPS = {"root": 0, "adm": 4, "disk": 6, "kmem": 15, "sudo": 27, "shadow": 42}
+# The static Debian gids of groups a device node may have as its own (render is dynamic, >= 100).
+DEDICATED_GIDS = {"dialout": 20, "video": 44}
+SYSTEM_GID_MAX = 99  # Debian: 0-99 are base-passwd's static system groups
+
+
+def host_gid_refusal(gid: int, node_group: str | None, host_groups: dict | None = None) -> str | None:
+    """Why the host's group `gid` must never be mapped into a container (None: it may be).
+
+    Refused: gid 0; the groups Debian reserves for privileged access (root, adm, disk, kmem,
+    sudo, shadow), by their name in the host's /etc/group (`host_groups`, {name: gid}, None
+    when it could not be read) and by their usual gids; and any other gid under 100 unless
+    it is the node's own group (`node_group`: render, video, dialout), by name, or by its
+    Debian gid where the host's names are not known."""
+    names = {g: n for n, g in (host_groups or {}).items() if isinstance(g, int)}
+    name = names.get(gid)
+    if gid == 0:
+        return "host gid 0 is the host's root group"
+    for priv, usual in PRIVILEGED_GROUPS.items():
+        if (host_groups or {}).get(priv) == gid or (usual == gid and (name is None or name == priv)):
+            return f"host gid {gid} is the host's {priv} group, which grants privileged access on the host"
+    if name in PRIVILEGED_GROUPS:
+        return f"host gid {gid} is the host's {name} group, which grants privileged access on the host"
+    if gid <= SYSTEM_GID_MAX:
+        if node_group is not None and (name == node_group or (name is None and DEDICATED_GIDS.get(node_group) == gid)):
+            return None
+        shown = f" ({name})" if name else ""
+        return (f"host gid {gid}{shown} is a system group (under 100), not the node's own "
+                f"{node_group or 'device'} group")
+    return None
+
+
 @dataclass(frozen=True)
 class NodeView:
     """A device node as the container sees it. uid/gid: the ids inside; None when the

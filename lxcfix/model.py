@@ -197,6 +197,8 @@ class HostFacts:
     raw: Mapping[str, str] = field(default_factory=dict)
     # /etc/subgid as (name, first, count) entries; None when it was not read (raw["/etc/subgid"]: its text)
     subgid: tuple[tuple[str, int, int], ...] | None = None
+    # /etc/group as {name: gid}; None when it was not read
+    groups: Mapping[str, int] | None = None
     # What the next upgrade needs (audit --for kernel-upgrade): the running kernel, the
     # kernels installed (/lib/modules), the modules loaded, DKMS, and the driver
     # (sysfs DRIVER=) of device nodes ("c 226:1" -> "nvidia"), read on hosts with

@@ -67,9 +67,11 @@ def _ended(stdout: str) -> bool:
 
 def read_container_live(t: Transport, backend, ct: str) -> Live | None:
     """The program on the container's limit cgroup; None when it cannot be read.
-    The init's own /proc/<pid>/cgroup comes first: LXC nests the container
+    The init's own /proc/<pid>/cgroup says where that is: LXC nests the container
     under the monitor's cgroup on some hosts (seen on a real GPU host:
-    /sys/fs/cgroup/process_api/core/lxc.payload.NAME)."""
+    /sys/fs/cgroup/process_api/core/lxc.payload.NAME). Never the init's own cgroup
+    below it: the container's root can move its init into a cgroup it made and attach
+    a program there (Live.deeper says so), while the kernel still runs LXC's."""
     proc_cgroup = None
     pid = backend.init_pid(t, ct)
     if pid is not None:
@@ -80,8 +82,20 @@ def read_container_live(t: Transport, backend, ct: str) -> Live | None:
     for cgroup in bpf.cgroup_candidates(backend.name, ct, proc_cgroup=proc_cgroup):
         out = read_programs(t, cgroup)
         if out.status in ("progs", "none"):
-            return Live(cgroup, effective_of(out))
+            return _with_deeper(t, Live(cgroup, effective_of(out)),
+                                bpf.deeper_cgroup(backend.name, ct, proc_cgroup))
     return None
+
+
+def _with_deeper(t: Transport, live: Live, deeper: str | None) -> Live:
+    """The live program, and the init's own cgroup below the limit one when a device program
+    is attached there itself (the container's root put it there: reported, never read as LXC's)."""
+    if deeper is None or deeper == live.cgroup:
+        return live
+    out = read_programs(t, deeper)
+    if out.status != "progs" or out.scope != "direct":
+        return live
+    return replace(live, deeper=((deeper, effective_of(out)),))
 
 
 def observe(t: Transport, backend, ct: str, eff: Effective, enter: Transport | None = None,

@@ -326,12 +326,12 @@ def emit_run(argv, timeout, cap):
     emit("run", " ".join(argv)[:200], json.dumps({"argv": argv, "rc": rc, "stdout": out, "stderr": err}))
     return rc, out
 
-def includes_of(data):
+def includes_of(data, key="lxc.include"):
     found = []
     for line in data.decode("utf-8", "surrogateescape").split("\n"):
         s = line.strip()
-        if not s.startswith("lxc.include"): continue
-        rest = s[len("lxc.include"):].lstrip()
+        if not s.startswith(key): continue
+        rest = s[len(key):].lstrip()
         if rest[:1] in (":", "="): found.append(rest[1:].strip())
     return found
 
@@ -348,6 +348,9 @@ def follow(path, depth):
     if data is not None:
         SOURCES.extend(mounts_of(data))
         for inc in includes_of(data): follow(inc, depth + 1)
+        for f in includes_of(data, "lxc.mount.fstab"):
+            if f.startswith("/") and f not in SEEN and not os.path.isdir(f):
+                SEEN.add(f); emit("notdir", f, b""); read(f)
 
 def node(path, follow_links, odd=False):
     try:
@@ -395,18 +398,13 @@ def live(ct, tpl, timeout, cap):
     if rc != 0 or not words or words[-1].lower() != "running": return
     rc, out = emit_run(fill(tpl["pid"]), timeout, cap)
     pid = out.strip()
-    cands = []
+    data = None
     if rc == 0 and pid.isdigit() and len(pid) < 12:
         data = read("/proc/%s/cgroup" % pid)
-        for line in (data or b"").decode("utf-8", "replace").splitlines():
-            if line.startswith("0::"):
-                rel = line[3:].strip()
-                if rel.endswith(" (deleted)"): rel = rel[:-10]
-                cands.append(os.path.normpath("/sys/fs/cgroup/" + rel.lstrip("/")) if rel not in ("", "/") else "/sys/fs/cgroup")
-    for c in fill(tpl["cgroups"]):
-        if c not in cands: cands.append(c)
+    cands, deeper = cgroup_plan((data or b"").decode("utf-8", "replace"), ct, fill(tpl["cgroups"]))
     for c in cands:
         if reader_record(c) == 0: break
+    if deeper: reader_record(deeper)
 
 def pool(jobs, n):
     jobs = list(jobs)
@@ -481,9 +479,9 @@ STDOUT.flush()
 
 def script() -> str:
     """The script with the BPF reader's functions (bpf.READER_LIB) it runs in-process."""
-    from .bpf import READER_LIB
+    from .bpf import CGROUP_LIB, READER_LIB
 
-    return READER_LIB + SCRIPT
+    return READER_LIB + CGROUP_LIB + SCRIPT
 
 
 # `python3 -c BOOT`: reads {"script": ..., "request": ...} from stdin (at most MAX_REQUEST bytes)

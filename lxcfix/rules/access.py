@@ -24,13 +24,17 @@ mapped through the container's idmap; a bind-mounted node keeps its host owner, 
 host id outside the idmap shows as nobody/nogroup inside, where root has no capability
 over it. The fixes: devN gid= with the container's own gid (Proxmox VE 8.1+), else an
 idmap that passes the host's group through onto the container's (plus the /etc/subgid
-line root needs, written by apply only when asked: Context.asks "write-subgid"); mode=0666
+line root needs, written by apply only when asked: Context.asks "write-subgid"), never for a
+host group that grants anything on the host (idmap.host_gid_refusal: gid 0, shadow, disk,
+kmem, sudo, adm, a system gid under 100 not the node's own; the fix is then manual, a udev
+rule giving the node its own group or a devN gid=, and the finding says why); mode=0666
 only when asked ("mode-0666"). The container's gid comes from the probe (its /etc/group)
 or the caller (the audit's ct_groups); without it the fix says how to read it and is manual.
 """
 
 from __future__ import annotations
 
+import posixpath
 from dataclasses import dataclass, replace
 from typing import Mapping
 
@@ -38,7 +42,7 @@ from .. import fixes
 from ..ctconfig import next_devn
 from ..errors import BadInput
 from ..facts import ID_MAX, subid_allows, version_tuple
-from ..idmap import OVERFLOW, IdMap, NodeView
+from ..idmap import OVERFLOW, IdMap, NodeView, host_gid_refusal
 from ..model import DeviceNode, Edit, Finding, Fix
 
 TITLE = ("give the node a mode or group the container can use (devN: ...,gid=N,mode=0660 "
@@ -362,6 +366,10 @@ def _idmap_fix(ctx, idmap: IdMap, nodes: list[NodeAccess], asks) -> Fix:
         pairs[host] = n.gid
     title = (f"map the host's group onto the container's {'/'.join(sorted({n.group for n in nodes}))} "
              "group with lxc.idmap")
+    refused = [(n, why) for n in nodes if n.host_node is not None
+               and (why := host_gid_refusal(n.host_node.gid, n.group, ctx.facts.groups)) is not None]
+    if refused:
+        return _refused_fix(ctx, refused)
     edits: list[Edit] = []
     lines = None
     if not symbolic and pairs:
@@ -391,6 +399,29 @@ def _idmap_fix(ctx, idmap: IdMap, nodes: list[NodeAccess], asks) -> Fix:
     notes.append("# or on the host: a udev rule giving the node mode 0666 (every user of every container "
                  "that gets it can open it)")
     return Fix(title, tuple(edits), applicability, notes=tuple(notes), host_lines=host_lines)
+
+
+def _refused_fix(ctx, refused: list[tuple[NodeAccess, str]]) -> Fix:
+    """No idmap and no /etc/subgid line for a host group that grants something on the host:
+    the safe ways instead, and why (manual: nothing is written)."""
+    notes: list[str] = []
+    for n, why in refused:
+        gid = str(n.gid) if n.gid is not None else _placeholder(n, ctx.ct)
+        node = posixpath.basename(n.given.path)
+        notes.append(f"# {n.given.path}: {why}; lxcfix never maps it into CT {ctx.ct} (no lxc.idmap line, no "
+                     f"{SUBGID} line): the container's root would own files of that group on the host, "
+                     "setgid ones included")
+        if ctx.config.flavor == "pve":
+            notes.append(f"# instead: pass the node as devN with the container's own group, e.g. "
+                         f"devN: {n.given.path},gid={gid},mode=0660 (Proxmox creates it with that group inside)")
+        notes.append(f"# or on the host: a udev rule giving the node a group of its own, e.g. "
+                     f"/etc/udev/rules.d/70-{node}.rules: KERNEL==\"{node}\", GROUP=\"{n.group}\", MODE=\"0660\" "
+                     f"(udevadm trigger), then map that group (lxcfix plans it)")
+        if n.gid is None:
+            notes.append(_read_gid_note(ctx, n))
+    title = (f"give {', '.join(sorted({n.inside for n, _ in refused}))} a group of its own on the host (udev) "
+             "or a devN gid=: its host group is not one to map into a container")
+    return Fix(title, (), "manual", notes=tuple(dict.fromkeys(notes)))
 
 
 def _split(idmap: IdMap, pairs: Mapping[int, int]) -> tuple[list[Edit], list[int]] | None:
@@ -467,6 +498,11 @@ def _evidence(ctx, access: Access, n: NodeAccess) -> list[str]:
         ev.append(f"gid map of CT {ctx.ct}: {ranges}" + (" (Proxmox's default for unprivileged: 1)" if m.default else ""))
     if n.view is not None and (n.view.uid is None or n.view.gid is None):
         ev.append(NOT_MAPPED)
+    why = host_gid_refusal(n.host_node.gid, n.group, ctx.facts.groups) if n.host_node is not None \
+        and n.via == "mount" else None
+    if why:
+        ev.append(f"{why}: lxcfix never maps it into a container (no lxc.idmap, no {SUBGID} line); "
+                  "a udev rule giving the node a group of its own, or a devN gid=, instead")
     if n.gid is not None:
         ev.append(f"the container's {n.group} group is gid {n.gid} ({n.gid_source})")
     if ctx.probe is not None:

@@ -14,6 +14,9 @@ class Live:
 
     cgroup: str
     program: LiveAllowlist | None
+    # Cgroups below `cgroup` (the init's own, made by the container's root) with a device
+    # program attached there: (path, its program). The kernel runs LXC's program too.
+    deeper: tuple[tuple[str, LiveAllowlist | None], ...] = ()
 
 
 def _key(rule) -> tuple:
@@ -64,6 +67,18 @@ def since(ctx) -> str | None:
     return f"{write.time} ({how})"
 
 
+def deeper_evidence(live: Live | None) -> list[str]:
+    """A device program below the limit cgroup, in words (the container's own: not LXC's)."""
+    out = []
+    for path, program in (live.deeper if live is not None else ()):
+        rules = (describe(program.rules) or "(no rules)") if program is not None else "unreadable"
+        mode = f"{program.mode}: " if program is not None else ""
+        out.append(f"the container's init runs in {path}, below {live.cgroup}, where a device program of its "
+                   f"own is attached ({mode}{rules}); read from {live.cgroup}, LXC's, which the kernel "
+                   "still enforces")
+    return out
+
+
 def check(ctx) -> list:
     diff = differences(ctx)
     if diff is None:
@@ -77,6 +92,7 @@ def check(ctx) -> list:
         evidence.append("config lines not running: " + ", ".join(_lines_of(ctx, config_only)))
     if running_only:
         evidence.append("running, not in the config: " + ", ".join(running_only))
+    evidence += deeper_evidence(ctx.live)
     when = since(ctx)
     if when:
         evidence.append(f"config on disk since {when}")

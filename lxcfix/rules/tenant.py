@@ -15,6 +15,12 @@ from ..effective import under
 from ..model import Fix
 
 
+def _how(eff, root: str) -> str:
+    """How the container writes `root`, in words: "lxc.mount.entry at config:4 bind-mounts it read-write"."""
+    hows = dict(zip(eff.writable, eff.writable_how))
+    return f"{root}: written by the container ({hows[root]})" if hows.get(root) else f"{root}: written by the container"
+
+
 FIX = Fix("keep device nodes in a host directory the container cannot write (/dev, or one of its own "
           "outside the rootfs and the container's mounts), and point the mount, devN entry or rule there")
 
@@ -30,9 +36,10 @@ def check(ctx) -> list:
         out.append(ctx.finding(
             "LXF160",
             f"{g.path} is passed in by {how} from {root}, which CT {ctx.ct} can write: its tenant can put any "
-            "device there (a symlink to a host device, a node it made); lxcfix allows nothing for it",
+            "device there (a symlink to a host device, a node it made); lxcfix allows nothing for it (no rule, "
+            "no devN): the host would follow the tenant's link at the next start",
             device=g.path,
-            evidence=(f"{ctx.config.path}:{g.index + 1}", f"{root}: written by the container", now),
+            evidence=(f"{ctx.config.path}:{g.index + 1}", _how(eff, root), now),
             fix=FIX, line=g.index + 1,
         ))
     for r in eff.own_rules:
@@ -46,7 +53,7 @@ def check(ctx) -> list:
             f"{r.key}: {r.value} names a path in {root}, which CT {ctx.ct} can write: LXC stat()s it at every "
             "start, so the tenant chooses which device this rule allows",
             device=r.rule.path,
-            evidence=(f"{ctx.config.path}:{r.index + 1}: {r.key}: {r.value}", f"{root}: written by the container"),
+            evidence=(f"{ctx.config.path}:{r.index + 1}: {r.key}: {r.value}", _how(eff, root)),
             fix=FIX, line=r.index + 1,
         ))
     return out

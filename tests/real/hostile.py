@@ -60,3 +60,51 @@ def lxcfix_limited(env, *args, memory: int = MEMORY, timeout: float = 120) -> su
     """The lxcfix CLI under RLIMIT_AS = memory, output as bytes (a test looks for raw escapes)."""
     return subprocess.run([sys.executable, "-m", "lxcfix", *args], env=env, capture_output=True,
                           timeout=timeout, stdin=subprocess.DEVNULL, preexec_fn=_limit(memory))
+
+
+# What a privileged tenant runs inside (python3 -c, stdlib only): load a cgroup device program
+# (BPF_PROG_LOAD) from its hex instructions and attach it (BPF_PROG_ATTACH, BPF_F_ALLOW_MULTI)
+# to a cgroup directory. argv: CGROUP_DIR HEX.
+TENANT_ATTACH = r'''
+import ctypes, os, struct, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+def bpf(cmd, attr):
+    r = libc.syscall(ctypes.c_long(321), ctypes.c_long(cmd), ctypes.c_void_p(ctypes.addressof(attr)),
+                     ctypes.c_long(len(attr)))
+    if r < 0:
+        raise SystemExit("bpf(%d): %s" % (cmd, os.strerror(ctypes.get_errno())))
+    return r
+insns = bytes.fromhex(sys.argv[2])
+code = ctypes.create_string_buffer(insns, len(insns))
+lic = ctypes.create_string_buffer(b"GPL")
+attr = ctypes.create_string_buffer(128)
+struct.pack_into("<IIQQ", attr, 0, 15, len(insns) // 8, ctypes.addressof(code), ctypes.addressof(lic))
+prog = bpf(5, attr)  # BPF_PROG_LOAD, BPF_PROG_TYPE_CGROUP_DEVICE
+cg = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)
+attr = ctypes.create_string_buffer(32)
+struct.pack_into("<IIII", attr, 0, cg, prog, 6, 2)  # BPF_CGROUP_DEVICE, BPF_F_ALLOW_MULTI
+bpf(8, attr)  # BPF_PROG_ATTACH
+print("attached")
+'''
+
+
+# A privileged container whose root may write its cgroups (made, moved into, programs attached).
+CGROUP_RW = ["lxc.mount.auto =", "lxc.mount.auto = proc:mixed sys:mixed cgroup:rw"]
+
+
+def move_init_and_attach(c, program, name: str = "lxf-hide") -> str:
+    """What a privileged tenant does from inside (lxc-attach as its root, cgroup mounted rw):
+    a cgroup `name` below its own, PID 1 moved there, and `program` (a LiveAllowlist, encoded
+    as LXC encodes one) loaded and attached to it. Returns that cgroup's host path."""
+    from lxcfix import bpf
+
+    if os.uname().machine not in ("x86_64", "amd64"):
+        raise RuntimeError("the tenant's loader uses x86_64's bpf() number")
+    limit = c.cgroup_path()  # before the move: the init's cgroup is then one with a program
+    r = c.attach(["sh", "-c", f"mkdir /sys/fs/cgroup/{name} && echo 1 > /sys/fs/cgroup/{name}/cgroup.procs"])
+    assert r.ok, r.stderr
+    r = c.attach(["/usr/bin/python3", "-I", "-c", TENANT_ATTACH, f"/sys/fs/cgroup/{name}",
+                  bpf.encode(program).hex()])
+    assert r.ok and "attached" in r.stdout, r.stderr
+    return f"{limit}/{name}"

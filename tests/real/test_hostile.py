@@ -16,6 +16,8 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
 from . import harness
 from .cli import TUN_MOUNT, codes, lxcfix
 from .hostile import PYTHON3, hostile_script, lxcfix_limited, over_python3, over_sh
@@ -194,3 +196,65 @@ def test_a_device_source_the_tenant_can_write_is_reported_and_never_allowed(cont
     assert r.returncode == 0 and "nothing to change" in r.stdout
     assert Path(c.config_path).read_bytes() == before
     assert harness.open_errno(c, "/devs/gpu") == "EPERM"  # the tenant's 1:11 (kmsg): still denied
+
+
+# Issue 21 row 1: the shared directory bind-mounted read-write in each form LXC reads.
+SHARED_FORMS = {
+    "bind": "lxc.mount.entry = {shared} mnt/shared none bind 0 0",
+    "bind,rw": "lxc.mount.entry = {shared} mnt/shared none bind,rw 0 0",
+    "fstab": "lxc.mount.fstab = {fstab}",
+    "include": "lxc.include = {include}",
+}
+
+
+@pytest.mark.parametrize("form", sorted(SHARED_FORMS))
+def test_a_node_in_a_shared_directory_is_lxf160_and_the_tenants_symlink_never_allowed(
+        form, container_factory, uvm, env, tmp_path):
+    """Issue 21 row 1: a driverless nvidia-uvm node (a free dynamic major) in a host directory
+    that is also bind-mounted read-write at /mnt/shared (plain bind, bind,rw, through an
+    lxc.mount.fstab file or an include), and a device mount of that node. Before: scan gave
+    LXF100 + LXF200, `apply --style path` added `lxc.cgroup2.devices.allow = <shared>/nvidia-uvm
+    rwm`, the tenant made that name a symlink to /dev/kmsg, and after the next restart LXC
+    stat()ed the link and the container opened the host's kernel log. Now: LXF160, nothing
+    planned or written, and after the swap and a restart the node stays denied (EPERM)."""
+    node, major = uvm
+    shared = os.path.dirname(node)
+    fstab, include = tmp_path / "fstab", tmp_path / "shared.conf"
+    fstab.write_text(f"{shared} mnt/shared none bind 0 0\n")
+    include.write_text(f"lxc.mount.entry = {shared} mnt/shared none bind 0 0\n")
+    name = harness.new_name()
+    rootfs = os.path.join(harness.LXCPATH, name, "rootfs")
+    c = container_factory([SHARED_FORMS[form].format(shared=shared, fstab=fstab, include=include),
+                           f"lxc.mount.entry = {node} dev/nvidia-uvm none bind,optional,create=file 0 0"],
+                          name=name, start=False)
+    os.makedirs(f"{rootfs}/mnt/shared")
+    c.start()
+    assert c.bpf_attached()
+    assert c.attach(["sh", "-c", "test -c /mnt/shared/nvidia-uvm && touch /mnt/shared/x"]).ok  # it writes there
+    assert os.path.exists(os.path.join(shared, "x"))
+    assert harness.open_errno(c, "/dev/nvidia-uvm") == "EPERM"
+
+    doc = json.loads(lxcfix(env, "diagnose", "--ct", c.name, "--json").stdout)
+    found = findings_of(doc, c.name)
+    assert "LXF160" in found and found["LXF160"]["device"] == node, sorted(found)
+    assert "LXF100" not in found
+    assert any(f"{shared}: written by the container" in e for e in found["LXF160"]["evidence"])
+    before = Path(c.config_path).read_bytes()
+    for style in ("auto", "path", "numeric"):
+        r = lxcfix(env, "plan", "--ct", c.name, "--style", style)
+        assert r.returncode == 0 and r.stdout == "", (style, r.stdout)
+    r = lxcfix(env, "apply", "--ct", c.name, "--yes", "--style", "path")
+    assert r.returncode == 0 and "nothing to change" in r.stdout, r.stdout + r.stderr
+    assert Path(c.config_path).read_bytes() == before
+
+    # the tenant swaps the admin's node for a link to the host's kernel log; the next start follows it
+    assert c.attach(["sh", "-c", "rm -f /mnt/shared/nvidia-uvm && ln -s /dev/kmsg /mnt/shared/nvidia-uvm"]).ok
+    assert os.path.islink(node)
+    doc = json.loads(lxcfix(env, "diagnose", "--ct", c.name, "--json").stdout)
+    found = findings_of(doc, c.name)
+    assert "LXF160" in found and "not followed" in "\n".join(found["LXF160"]["evidence"])
+    assert lxcfix(env, "plan", "--ct", c.name, "--style", "path").stdout == ""
+    c.stop()
+    c.start()
+    assert c.bpf_attached()
+    assert harness.open_errno(c, "/dev/nvidia-uvm", "r") == "EPERM"  # /dev/kmsg behind it: still denied

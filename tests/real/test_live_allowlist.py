@@ -19,6 +19,7 @@ from lxcfix.transport import Local
 
 from . import harness
 from .harness import COMMON_CONF, probe_node, sh
+from .hostile import CGROUP_RW, move_init_and_attach
 
 pytestmark = pytest.mark.real
 
@@ -148,7 +149,7 @@ def test_proxmox_layout(pve):
     assert ct.bpf_attached()
     limit = f"{harness.CGROUP_ROOT}/lxc/{ct.vmid}"
     cands = bpf.cgroup_candidates("pve", ct.vmid, proc_cgroup=proc_cgroup(ct.init_pid()))
-    assert cands[:2] == [f"{limit}/ns", limit]
+    assert cands[:2] == [limit, f"{limit}/ns"]  # the limit cgroup first, never the init's own (issue 21 row 3)
 
     direct = observe.read_programs(Local(), limit)
     inner = observe.read_programs(Local(), f"{limit}/ns")
@@ -160,3 +161,59 @@ def test_proxmox_layout(pve):
     assert live == observe.read_live(Local(), limit)
     assert live.mode == "allowlist" and live.rules[-1] == DeviceRule("c", 10, 200, "rwm")
     assert live.allows("c", 10, 200) and not live.allows("c", 195, 0)
+
+
+def test_a_tenant_moving_its_init_below_the_limit_cgroup_does_not_hide_drift(container_factory, env):
+    """Issue 21 row 3, from inside: the privileged container's root (cgroup mounted rw) makes
+    a cgroup below its own, moves PID 1 there and attaches a device program of its own that
+    allows exactly what the config on disk says. Before, lxcfix read the program of the init's
+    cgroup, the tenant's, found it equal to the config and LXF121 (the config was edited
+    without a restart) disappeared, while the kernel still enforced LXC's stale program. Now
+    the limit cgroup's program (LXC's) is read: LXF121 stays, and its evidence names the
+    deeper cgroup and its program."""
+    import json
+
+    from .cli import lxcfix
+
+    start = [*CGROUP_RW, "lxc.cgroup2.devices.allow = c 10:200 rwm"]
+    c = container_factory(start)
+    assert c.bpf_attached()
+    limit = c.cgroup_path()
+    assert limit == f"{harness.CGROUP_ROOT}/lxc.payload.{c.name}"
+    # the admin edits the config without a restart: drift (LXF121)
+    on_disk = start + ["lxc.cgroup2.devices.allow = c 10:232 rwm"]
+    c.write_config(on_disk)
+
+    def lxf121():
+        doc = json.loads(lxcfix(env, "diagnose", "--ct", c.name, "--json").stdout)
+        (ct,) = doc["containers"]
+        return next((f for f in ct["findings"] if f["code"] == "LXF121"), None)
+
+    before = lxf121()
+    assert before is not None and "c 10:232 rwm" in before["message"]
+    assert any(e.startswith(f"running program on {limit}:") for e in before["evidence"])
+
+    # the tenant: its own cgroup, PID 1 in it, a program that says what the config on disk says
+    deeper = move_init_and_attach(c, bpf.lxc_expected(common_lines() + own_lines(on_disk)))
+    assert deeper == f"{limit}/lxf-hide"
+    assert f"0::/lxc.payload.{c.name}/lxf-hide" in proc_cgroup(c.init_pid()).splitlines()
+    mine = observe.read_programs(Local(), deeper)
+    assert (mine.status, mine.scope) == ("progs", "direct")
+    assert bpf.effective_of(mine).rules == bpf.lxc_expected(common_lines() + own_lines(on_disk)).rules
+    # the kernel still runs LXC's program: 10:232, which the tenant's allows, stays denied
+    assert c.attach(["mknod", "/tmp/lxf-kvm", "c", "10", "232"]).ok
+    assert probe_node(c, "/tmp/lxf-kvm").open == "EPERM"
+
+    after = lxf121()
+    assert after is not None, "LXF121 disappeared: the tenant's program was read as LXC's"
+    assert "c 10:232 rwm" in after["message"]
+    assert any(e.startswith(f"running program on {limit}:") for e in after["evidence"])
+    assert any(deeper in e and "of its own" in e for e in after["evidence"]), after["evidence"]
+
+    # the same through a host sweep (two containers: one command reads both, sweep.py)
+    other = container_factory(["lxc.cgroup2.devices.allow = c 10:200 rwm"])
+    r = lxcfix(env, "scan", "--ct", c.name, "--ct", other.name, "--json")
+    doc = json.loads(r.stdout)
+    (mine,) = [x for x in doc["containers"] if x["ct"] == c.name]
+    swept = next((f for f in mine["findings"] if f["code"] == "LXF121"), None)
+    assert swept is not None and any(deeper in e for e in swept["evidence"]), mine["findings"]

@@ -196,3 +196,33 @@ def test_a_host_of_20_running_containers_is_read_whole_in_two_commands(tmp_path,
     assert connections == {"hv": 1}
     assert t.calls["run"] <= 4 and t.calls["run"] == t.calls["run python3"] == 2, t.calls
     assert t.calls["read"] == t.calls["listdir"] == t.calls["isdir"] == 0, t.calls
+
+
+def test_a_tenant_moving_its_init_does_not_hide_drift_from_a_fleet_scan(tmp_path, container_factory, monkeypatch):
+    """Issue 21 row 3 over SSH: the sweep reads the program at the container's limit cgroup (and
+    the tenant's cgroup below it, for the evidence) in the same two commands."""
+    from lxcfix import bpf
+
+    from .harness import COMMON_CONF
+    from .hostile import CGROUP_RW, move_init_and_attach
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("LXCFIX_PROC_DEVICES", raising=False)
+    c = container_factory([*CGROUP_RW, TUN_ALLOW])
+    other = container_factory([TUN_BIND, TUN_ALLOW])
+    on_disk = [*CGROUP_RW, TUN_ALLOW, "lxc.cgroup2.devices.allow = c 10:232 rwm"]
+    c.write_config(on_disk)  # edited, not restarted: LXF121
+    with open(COMMON_CONF) as f:
+        lines = [ln.partition("=") for ln in f.read().splitlines() + on_disk]
+    # the tenant's program allows what the config on disk says
+    shown = bpf.lxc_expected([(k.strip().endswith("allow"), v.strip()) for k, _, v in lines
+                              if k.strip().startswith("lxc.cgroup2.devices.")])
+    deeper = move_init_and_attach(c, shown)
+    r, t, _ = _fleet_scan(tmp_path, [c.name, other.name], lambda t: t)
+    assert r.error is None, r.error
+    (mine,) = [x for x in r.containers if x.ct == c.name]
+    f121 = [f for f in mine.findings if f.code == "LXF121"]
+    assert f121 and "c 10:232 rwm" in f121[0].message, [(f.code, f.message) for f in mine.findings]
+    assert any(deeper in e and "of its own" in e for e in f121[0].evidence), f121[0].evidence
+    assert t.calls["run"] == 2, t.calls
+

@@ -217,3 +217,48 @@ def test_without_python3_the_probe_tries_with_setpriv_or_says_it_could_not(made,
         assert "LXF204" not in found
         static = found["LXF115"]
         assert static["evidence"][-1] == "the probe could not try it as a render member: setpriv-failed"
+
+
+def test_write_subgid_never_maps_the_hosts_root_group(made, world_dir, env):
+    """Issue 21 row 2: a bind-mounted node that is root:root 0660 on the host (host gid 0).
+    Before, the group-access fix passed gid 0 through (`lxc.idmap = g 104 0 1`) and
+    `--write-subgid` wrote `root:0:1` to /etc/subgid; after the restart the container's root
+    made a setgid file owned by the host's root group under its rootfs. Now the fix is
+    manual: it says why and offers a udev rule giving the node its own group; nothing is
+    written, and a file the container's root gives its render group is not host gid 0."""
+    major = harness.free_char_major(509)
+    node = harness.mknod(str(world_dir / "renderD128"), major, 128, mode=0o660)
+    os.chown(node, 0, 0)
+    subgid = world_dir / "subgid"
+    allowed = f"root:{harness.MAPPED_ROOT}:{harness.MAPPED_COUNT}\n"
+    subgid.write_text(allowed)
+    env["LXCFIX_SUBGID"] = str(subgid)
+    c = harness.make_unprivileged_container(
+        [f"lxc.mount.entry = {node} dev/dri/renderD128 none bind,optional,create=file 0 0",
+         f"lxc.cgroup2.devices.allow = c {major}:128 rwm"], users=USERS, groups=GROUPS)
+    made.append(c)
+    assert harness.host_uid(c) == harness.MAPPED_ROOT  # really unprivileged
+    assert c.bpf_attached()
+    path = "/dev/dri/renderD128"
+    assert harness.open_errno_as(c, path, SVC, RENDER) == "EACCES"
+
+    before = Path(c.config_path).read_text()
+    r = lxcfix(env, "apply", "--ct", c.name, "--yes", "--write-subgid")
+    assert r.returncode in (0, 1), r.stdout + r.stderr
+    assert f"g {RENDER} 0 1" not in Path(c.config_path).read_text()
+    assert Path(c.config_path).read_text() == before
+    assert subgid.read_text() == allowed  # no root:0:1
+
+    c.restart()
+    assert harness.host_uid(c) == harness.MAPPED_ROOT
+    r = c.attach(["sh", "-c", f"touch /root/lxf-sgid && chgrp {RENDER} /root/lxf-sgid && chmod 2755 /root/lxf-sgid"])
+    assert r.ok, r.stderr
+    st = os.stat(os.path.join(c.rootfs, "root/lxf-sgid"))
+    assert st.st_gid == harness.MAPPED_ROOT + RENDER and st.st_gid != 0
+
+    found = diagnose(env, c.name)
+    member = found["LXF204"]
+    assert member["applicability"] == "manual" and member["edits"] == [], member
+    assert any("host gid 0 is the host's root group" in e and "udev rule" in e for e in member["evidence"]), member
+    r = lxcfix(env, "plan", "--ct", c.name, "--write-subgid")
+    assert "root:0:1" not in r.stdout and f"g {RENDER} 0 1" not in r.stdout, r.stdout

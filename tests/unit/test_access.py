@@ -550,3 +550,63 @@ def test_explicit_devn_migration_and_the_access_fix_do_not_both_add_the_entry():
     assert f.fix.edits == () and "gid=104" in f.fix.title
     assert [l for l in plan_mod.make_plan(ctx).diff().splitlines() if l.startswith("+dev")] == [
         "+dev0: /dev/dri/renderD128,gid=104"]
+
+
+# ---------------------------------------------------------------- host groups never mapped in (issue 21 row 2)
+
+from lxcfix.idmap import host_gid_refusal  # noqa: E402
+
+
+@pytest.mark.parametrize("gid,group,host_groups,refused", [
+    (0, "render", None, "root group"),
+    (0, "render", {"render": 0}, "root group"),
+    (42, "render", None, "shadow"), (6, "render", None, "disk"), (15, "render", None, "kmem"),
+    (27, "render", None, "sudo"), (4, "render", None, "adm"),
+    (994, "render", {"shadow": 994, "render": 993}, "shadow"),   # by name in the host's /etc/group
+    (27, "video", {"sudo": 27, "video": 44}, "sudo"),
+    (5, "render", {"tty": 5}, "system group"), (99, "render", None, "system group"),
+    (44, "render", None, "system group"),                       # video's gid is not render's own
+    (44, "video", None, None), (20, "dialout", None, None),     # the node's own group (Debian's gids)
+    (30, "render", {"render": 30}, None),                        # by name, under 100
+    (44, "video", {"video": 44, "sudo": 27}, None),
+    (993, "render", None, None), (104, "render", {"render": 104}, None), (4242, "render", {}, None),
+])
+def test_host_gids_that_grant_anything_on_the_host_are_never_mapped(gid, group, host_groups, refused):
+    why = host_gid_refusal(gid, group, host_groups)
+    assert (why is None) == (refused is None), why
+    if refused:
+        assert refused in why and f"host gid {gid}" in why
+
+
+ROOT_NODE = {RENDER: node(RENDER, 226, 128, gid=0)}
+PLAIN = ("lxc.idmap = u 0 100000 65536\nlxc.idmap = g 0 100000 65536\n"
+         "lxc.mount.entry = /dev/dri/renderD128 dev/dri/renderD128 none bind,optional,create=file 0 0\n")
+
+
+@pytest.mark.parametrize("nodes,groups", [
+    (ROOT_NODE, None),                                            # root:root 0660 on the host
+    ({RENDER: node(RENDER, 226, 128, gid=42)}, None),             # shadow, by Debian's gid
+    ({RENDER: node(RENDER, 226, 128, gid=993)}, {"shadow": 993}),  # shadow, by the host's name
+])
+def test_write_subgid_never_maps_a_privileged_host_group(nodes, groups):
+    """Before: the fix was `lxc.idmap = g 104 0 1` plus `root:0:1` in /etc/subgid (with
+    --write-subgid), and the container's root made setgid files of the host's root group."""
+    ctx = ctx_of(PLAIN, flavor="lxc", nodes=nodes, probe_text=probed(RENDER_104),
+                 subgid=[("root", 100000, 65536), ("root", 0, 1000)], asks=("write-subgid",))
+    ctx = replace(ctx, facts=replace(ctx.facts, groups=groups))
+    f = by_code(run_rules(ctx))["LXF115"]
+    assert f.fix.applicability == "manual" and f.fix.edits == () and f.fix.host_lines == ()
+    notes = "\n".join(f.fix.notes)
+    assert "never maps it into CT 200" in notes and "udev rule" in notes
+    assert "root:0:1" not in notes and "lxc.idmap = g 104" not in notes
+    p = plan_mod.make_plan(ctx)
+    assert p.host_files == () and b"lxc.idmap = g 104" not in p.after
+
+
+def test_a_privileged_host_group_on_proxmox_offers_devn_gid():
+    text = HEAD + "unprivileged: 1\nlxc.mount.entry: /dev/dri/renderD128 dev/dri/renderD128 none bind,optional,create=file\n"
+    ctx = ctx_of(text, nodes=ROOT_NODE, probe_text=probed(RENDER_104), pve_version="7.4.3",
+                 subgid=[("root", 100000, 65536), ("root", 0, 1)], asks=("write-subgid",))
+    fix = by_code(run_rules(ctx))["LXF115"].fix
+    assert fix.edits == () and fix.applicability == "manual"
+    assert any("devN: /dev/dri/renderD128,gid=104,mode=0660" in n for n in fix.notes), fix.notes

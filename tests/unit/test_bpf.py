@@ -598,8 +598,72 @@ def test_cgroup_candidates():
         "/sys/fs/cgroup/lxc/200", "/sys/fs/cgroup/lxc/200/ns", "/sys/fs/cgroup/lxc.payload.200"]
     assert bpf.cgroup_candidates("lxc", "web", proc_cgroup="5:devices:/\n0::/lxc.payload.web-1\n") == [
         "/sys/fs/cgroup/lxc.payload.web-1", "/sys/fs/cgroup/lxc.payload.web"]
+    # issue 21 row 3: the limit cgroup first (the program LXC attached), not the init's own `ns`
     assert bpf.cgroup_candidates("pve", "200", proc_cgroup="0::/lxc/200/ns\n", root="/cg")[:2] == [
-        "/cg/lxc/200/ns", "/cg/lxc/200"]
+        "/cg/lxc/200", "/cg/lxc/200/ns"]
+
+
+@pytest.mark.parametrize("backend,ct,proc,limit,deeper", [
+    ("lxc", "web", "0::/lxc.payload.web/evil\n", "/lxc.payload.web", "/lxc.payload.web/evil"),
+    ("lxc", "web", "0::/lxc.payload.web-2/a/b\n", "/lxc.payload.web-2", "/lxc.payload.web-2/a/b"),
+    ("lxc", "web", "0::/process_api/core/lxc.payload.web/init.scope\n", "/process_api/core/lxc.payload.web",
+     "/process_api/core/lxc.payload.web/init.scope"),
+    # the tenant names its cgroup like LXC's: the outermost one is LXC's
+    ("lxc", "web", "0::/lxc.payload.web/lxc.payload.web/lxc/web\n", "/lxc.payload.web",
+     "/lxc.payload.web/lxc.payload.web/lxc/web"),
+    ("pve", "200", "0::/lxc/200/ns/evil\n", "/lxc/200", "/lxc/200/ns/evil"),
+    ("pve", "200", "0::/lxc/200/ns\n", "/lxc/200", "/lxc/200/ns"),
+    # a newline in a cgroup name: only the kernel's first 0:: line counts
+    ("lxc", "web", "0::/lxc.payload.web/x\n0::/lxc.payload.other\n", "/lxc.payload.web", "/lxc.payload.web/x"),
+    ("lxc", "web", "0::/lxc.payload.web\n", "/lxc.payload.web", None),
+])
+def test_the_limit_cgroup_is_read_never_the_inits_own_below_it(backend, ct, proc, limit, deeper):
+    """Issue 21 row 3: container root moves its init into a cgroup it made and attaches an
+    allow-all program there; before, that cgroup came first and its program was read as LXC's."""
+    cands = bpf.cgroup_candidates(backend, ct, proc_cgroup=proc, root="/cg")
+    assert cands[0] == "/cg" + limit
+    assert bpf.deeper_cgroup(backend, ct, proc, root="/cg") == (None if deeper is None else "/cg" + deeper)
+    assert deeper is None or cands[0] != "/cg" + deeper
+
+
+def test_a_layout_of_no_known_form_reads_the_inits_cgroup_last():
+    assert bpf.cgroup_candidates("lxc", "web", proc_cgroup="0::/custom/web\n", root="/cg") == [
+        "/cg/lxc.payload.web", "/cg/custom/web"]
+    assert bpf.deeper_cgroup("lxc", "web", "0::/custom/web\n", root="/cg") is None
+
+
+class _Backend:
+    name = "lxc"
+
+    def init_pid(self, t, ct):
+        return 42
+
+
+class _ProcTransport(FakeTransport):
+    def __init__(self, answers, proc):
+        super().__init__(answers)
+        self.proc = proc
+
+    def read(self, path):
+        if path == "/proc/42/cgroup":
+            return self.proc.encode()
+        raise FileNotFoundError(path)
+
+
+def test_lxf121_reads_lxcs_program_when_the_init_moved_below_it():
+    """The program on the init's cgroup (allow-all, the tenant's) is evidence, never the live one."""
+    lxc = encode(LiveAllowlist("allowlist", (DeviceRule("c", 10, 200, "rwm"),)))
+    anything = encode(LiveAllowlist("denylist", ()))
+    limit, mine = "/sys/fs/cgroup/lxc.payload.web", "/sys/fs/cgroup/lxc.payload.web/evil"
+    t = _ProcTransport({("python3", "-c", "READER", limit): Result(0, f"scope direct\nprog 7 {lxc.hex()}\n"),
+                        ("python3", "-c", "READER", mine): Result(0, f"scope direct\nprog 9 {anything.hex()}\n")},
+                       "0::/lxc.payload.web/evil\n")
+    live = observe.read_container_live(t, _Backend(), "web")
+    assert live.cgroup == limit and live.program.rules == (DeviceRule("c", 10, 200, "rwm"),)
+    assert [(p, d.mode) for p, d in live.deeper] == [(mine, "denylist")]
+    from lxcfix.rules.live import deeper_evidence
+    (said,) = deeper_evidence(live)
+    assert mine in said and "below " + limit in said
 
 
 def test_bpftool_double_slot_instruction():

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lxcfix import bounded, facts, gather, probe, repair, scan
+from lxcfix import bounded, ctconfig, facts, gather, probe, repair, scan
 from lxcfix.apply import _stopped_mid_apply, dropped_lines
 from lxcfix.errors import BadInput, FactsFailed
 from lxcfix.model import DeviceNode, HostFacts, ProbeResult, Result
@@ -242,6 +242,68 @@ def test_every_kind_of_directory_the_container_writes(text, src):
     ctx = make_ctx("arch: amd64\nostype: debian\n" + text, facts=make_facts(nodes={src: _node(src, 226, 128)}))
     f160 = [f for f in run_rules(ctx) if f.code == "LXF160"]
     assert [f.device for f in f160] == [src] and "LXF100" not in codes(run_rules(ctx))
+
+
+# Issue 21 row 1: the shared directory in every mount form (plain bind, bind,rw, idmapped,
+# rbind, an include, an lxc.mount.fstab file, mpN), and the device mount that takes its node from it.
+_UVM = "/srv/shared/nvidia-uvm"
+_UVM_MOUNT = f"{_UVM} dev/nvidia-uvm none bind,optional,create=file 0 0"
+_LXC_HEAD = "lxc.include = /usr/share/lxc/config/common.conf\nlxc.rootfs.path = dir:/var/lib/lxc/web/rootfs\n"
+
+
+def _loader(files):
+    def load(path):
+        return [(path, files[path])] if path in files else None
+    return load
+
+
+@pytest.mark.parametrize("flavor,text,files", [
+    ("lxc", "lxc.mount.entry = /srv/shared mnt/shared none bind 0 0\n", {}),
+    ("lxc", "lxc.mount.entry = /srv/shared mnt/shared none bind,rw 0 0\n", {}),
+    ("lxc", "lxc.mount.entry = /srv/shared/ mnt/shared none bind,idmap=container 0 0\n", {}),
+    ("lxc", "lxc.mount.entry = /srv//shared mnt/shared none rbind,optional 0 0\n", {}),
+    ("lxc", "lxc.include = /etc/lxc/shared.conf\n",
+     {"/etc/lxc/shared.conf": b"lxc.mount.entry = /srv/shared mnt/shared none bind 0 0\n"}),
+    ("lxc", "lxc.mount.fstab = /var/lib/lxc/web/fstab\n",
+     {"/var/lib/lxc/web/fstab": b"# shared\n/srv/shared mnt/shared none bind 0 0\n"}),
+    ("pve", "mp0: /srv/shared,mp=/mnt/shared\n", {}),
+    ("pve", "mp0: /srv/shared,mp=/mnt/shared,ro=0\n", {}),
+    ("pve", "lxc.mount.entry: /srv/shared mnt/shared none bind 0 0\n", {}),
+])
+def test_a_device_under_a_shared_directory_is_lxf160_in_every_mount_form(flavor, text, files):
+    """Row 1 of issue 21: the tenant symlinks nvidia-uvm in its shared directory to /dev/kmsg;
+    before, only `bind,create=dir` (and rbind) made the directory the tenant's, so scan gave
+    LXF100 and the plan allowed <shared>/nvidia-uvm by path (LXC follows the link at start)."""
+    sep = " = " if flavor == "lxc" else ": "
+    head = _LXC_HEAD if flavor == "lxc" else \
+        "arch: amd64\nostype: debian\nrootfs: local-lvm:vm-200-disk-0\n"
+    cfg_text = head + text + f"lxc.mount.entry{sep}{_UVM_MOUNT}\n"
+    ct = "web" if flavor == "lxc" else "200"
+    path = f"/etc/pve/lxc/{ct}.conf" if flavor == "pve" else f"/var/lib/lxc/{ct}/config"
+    for nodes in ({_UVM: _node(_UVM, 511, 0)}, {"/dev/null": _node("/dev/null", 1, 3)}):
+        fx = make_facts(backend=flavor, lxc_version="5.0.2", nodes=nodes)
+        ctx = gather.context(fx, gather.Loaded(ct, path, ctconfig.parse(cfg_text.encode(), flavor, path)),
+                             _loader(files))
+        found = run_rules(ctx)
+        f160 = [f for f in found if f.code == "LXF160"]
+        assert [f.device for f in f160] == [_UVM], codes(found)
+        assert "LXF100" not in codes(found)
+        assert any("/srv/shared: written by the container (" in e for e in f160[0].evidence), f160[0].evidence
+        for style in ("auto", "path", "numeric"):
+            plan = make_plan(ctx, style)
+            assert plan.after == plan.before, (style, plan.after.decode())
+
+
+@pytest.mark.parametrize("line", [
+    "lxc.mount.entry = /srv/shared mnt/shared none bind,ro 0 0",
+    "lxc.mount.entry = /srv/nodes/nvidia-uvm mnt/nvidia-uvm none bind,create=file 0 0",
+    "lxc.mount.entry = /sys/kernel/debug sys/kernel/debug none bind,optional 0 0",
+])
+def test_read_only_binds_files_and_kernel_filesystems_make_no_shared_directory(line):
+    text = f"{_LXC_HEAD}{line}\nlxc.mount.entry = {_UVM_MOUNT}\n"
+    fx = make_facts(backend="lxc", lxc_version="5.0.2", nodes={_UVM: _node(_UVM, 511, 0)})
+    found = run_rules(make_ctx(text, flavor="lxc", ct="web", facts=fx))
+    assert "LXF160" not in codes(found) and "LXF100" in codes(found)
 
 
 def test_read_only_bind_mounts_and_dev_are_not_the_tenants():
