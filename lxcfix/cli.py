@@ -706,7 +706,10 @@ def explain(
         return Shown("explain")
     found = codes.lookup(code)
     if found is None:
-        raise BadInput(f"no finding code {code!r}: lxcfix explain lists them ({', '.join(codes.CODES)})")
+        from .bounded import excerpt
+
+        raise BadInput(f"no finding code '{excerpt(code, 40)}': lxcfix explain lists them "
+                       f"({', '.join(codes.CODES)})")
     if as_json:
         _json({"schema": report.SCHEMA, **found.to_json()})
         return Shown("explain")
