@@ -38,7 +38,8 @@ def fact_text(t: Transport, fact: F.Fact, path: str | None = None) -> str | None
             return None
         except OSError as e:
             kernel = (path or fact.read).startswith(("/proc/", "/sys/"))
-            if kernel and e.errno in (errno.EINVAL, errno.EFBIG):  # there, but a FIFO, a device, or far too big
+            # there, but a FIFO, a device, far too big, or (a snapshot's) a link out of the snapshot
+            if kernel and e.errno in (errno.EINVAL, errno.EFBIG, errno.EXDEV):
                 raise FactsFailed(f"{t.name}: {path or fact.read}: {e.strerror or e}: not what the kernel "
                                   "writes there; no container is judged against it") from None
             return None

@@ -135,7 +135,13 @@ def read_regular(path: str, limit: int = MAX_READ, dir_fd: int | None = None, fo
 class OutsideRoot(BadInput):
     """A path of a host snapshot (--root DIR) that leads out of DIR: a symlink to a directory
     elsewhere, or `..` above DIR. Refused (exit 2, one line): a snapshot's files are data,
-    and nothing lxcfix reads or writes for it is outside it."""
+    and nothing lxcfix reads or writes for it is outside it. why: the reason alone (RootDir.read
+    raises it as an OSError: a file that cannot be read inside the snapshot is an unreadable
+    file, judged as such)."""
+
+    def __init__(self, message: str, why: str = ""):
+        super().__init__(message)
+        self.why = why or message
 
 
 # Symlinks followed on one path at most (the kernel's limit, as openat2 counts them).
@@ -158,7 +164,7 @@ def resolve_in_root(root: str, path: str, follow_last: bool = True) -> str:
 
     def outside(why: str) -> OutsideRoot:
         return OutsideRoot(f"--root {root}: {excerpt(shown, 200)}: {why}, outside the snapshot; lxcfix reads and "
-                           "writes only inside it (nothing changed)")
+                           "writes only inside it (nothing changed)", f"{why}, outside the snapshot (not followed)")
 
     while todo:
         part = todo.pop(0)
@@ -185,7 +191,7 @@ def resolve_in_root(root: str, path: str, follow_last: bool = True) -> str:
         links += 1
         if links > MAX_LINKS:
             raise OutsideRoot(f"--root {root}: {excerpt(shown, 200)}: more than {MAX_LINKS} symlinks on the way "
-                              "(a loop); nothing changed")
+                              "(a loop); nothing changed", f"more than {MAX_LINKS} symlinks on the way (a loop)")
         target = os.readlink(here)
         last = f"/{excerpt('/'.join(done + [part]), 200)} is a symlink to {excerpt(target, 200)}"
         if target.startswith("/"):
@@ -418,7 +424,14 @@ class RootDir:
             return Result(127, "", f"{name}: {e}")
 
     def read(self, path: str) -> bytes:
-        return read_regular(self.local_path(path), follow=False)
+        """A file whose path leads out of the snapshot is not read: OSError(EXDEV), as openat2
+        refuses it, so each file's reader judges it as it judges any unreadable file (a config:
+        LXF131; /proc/devices: the facts fail). Directories that lead out raise OutsideRoot."""
+        try:
+            real = self.local_path(path)
+        except OutsideRoot as e:
+            raise OSError(errno.EXDEV, e.why, path) from None
+        return read_regular(real, follow=False)
 
     def listdir(self, path: str) -> list[str]:
         return sorted(os.listdir(self.local_path(path)))

@@ -177,9 +177,20 @@ def test_resolve_in_root(tmp_path):
             resolve_in_root(r, bad)
     t = RootDir(str(root))
     assert t.isdir("/in") and not t.isdir("/missing")
-    with pytest.raises(OutsideRoot):
+    with pytest.raises(OSError, match="outside the snapshot"):  # a file: unreadable, judged by its reader
         t.read("/a/b/last")
     with pytest.raises(OutsideRoot):
         t.listdir("/abs")
     assert t.device_nodes(["/abs/null", "/a/b/last"]) == {}
     assert t.run(["pveversion"]).rc == 127
+
+
+def test_a_kernel_file_linked_out_is_not_read_and_the_facts_fail(tmp_path, state, capsys):
+    """A file (not a directory) that leads out is an unreadable file, judged by its reader:
+    /proc/devices -> /dev/zero is not what the kernel writes there (exit 3, as for a FIFO)."""
+    snap = _pve(tmp_path)
+    (snap / "proc/devices").unlink()
+    os.symlink("/dev/zero", snap / "proc/devices")
+    rc, out, err = run(capsys, "scan", "--root", str(snap))
+    line = one_line(err)
+    assert rc == 3 and "/proc/devices is a symlink to /dev/zero, outside the snapshot" in line, line
