@@ -17,12 +17,14 @@ never go next to the config.
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import os
 from dataclasses import dataclass
 from typing import Callable
 
 from . import ctconfig
-from .errors import ApplyFailed, BadInput, Refused, RollbackFailed
+from .errors import ApplyFailed, BadInput, Refused, RollbackFailed, StateError
 from .liveplan import LiveOps
 from .model import ApplyResult, Finding, Plan
 from .transaction import (
@@ -57,6 +59,37 @@ class Host:
     local_path: Callable[[str], str]
     transport: "Transport | None" = None
     backend: "Backend | None" = None
+
+
+@dataclass
+class StateLock(Lock):
+    """A host snapshot has no Proxmox lock: lxcfix's own flock on <state>/locks/<ct>.lock (the
+    state dir this --root uses), opened without following a link, so two applies or rollbacks
+    of one snapshot's container never overlap (the second is refused, nothing changed)."""
+
+    state: StateDir | None = None
+
+    def describe(self) -> str:
+        return f"lock {self.path} (lxcfix's own: a snapshot has no Proxmox lock)"
+
+    def do(self, tx) -> None:
+        dfd = self.state.open_dir("locks")
+        try:
+            fd = os.open(os.path.basename(self.path), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         0o600, dir_fd=dfd)
+        except OSError as e:
+            raise StateError(f"lock {self.path}: {e.strerror or e}; nothing changed") from None
+        finally:
+            os.close(dfd)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            os.close(fd)
+            if e.errno in (errno.EAGAIN, errno.EACCES):
+                raise Refused(f"another lxcfix holds {self.path} (an apply or rollback of CT {tx.base.get('ct')} "
+                              "in this snapshot); nothing changed, try again when it is done") from None
+            raise StateError(f"lock {self.path}: {e.strerror or e}; nothing changed") from None
+        self._fd = fd
 
 
 @dataclass
@@ -161,15 +194,27 @@ class LiveChange:
 
 
 class Applier:
-    def __init__(self, host: Host, ct: str, state: StateDir | str, flavor: str, lock_path: str | None = None):
+    """lock_path: the host's own lock of the config (Proxmox's flock). snapshot_lock: none such
+    exists (a host snapshot): lxcfix's own in the state dir (StateLock)."""
+
+    def __init__(self, host: Host, ct: str, state: StateDir | str, flavor: str, lock_path: str | None = None,
+                 snapshot_lock: bool = False):
         self.host = host
         self.ct = ct
         self.state = state if isinstance(state, StateDir) else StateDir(state)
         self.state_dir = self.state.root
         self.flavor = flavor
         self.lock_path = lock_path
+        self.snapshot_lock = snapshot_lock
         self.journal = Journal(self.state)
         self.backups = Backups(self.state, ct)
+
+    def _lock(self) -> list[Step]:
+        if self.lock_path:
+            return [Lock(self.lock_path)]
+        if self.snapshot_lock:
+            return [StateLock(self.state.path("locks", f"{self.ct}.lock"), state=self.state)]
+        return []
 
     def _base(self, plan: Plan) -> dict:
         t = self.host.transport
@@ -181,7 +226,7 @@ class Applier:
         """The steps this apply takes; check mode (`--dry-run`) checks them, apply() runs them."""
         path = self.host.local_path(plan.path)
         t, b = self.host.transport, self.host.backend
-        steps: list[Step] = [Lock(self.lock_path)] if self.lock_path else []
+        steps: list[Step] = self._lock()
         steps += [Preflight(plan, self.flavor), Expect(path, plan.digest, shown=plan.path)]
         if b is not None and (restart or live is not None):
             steps.append(Status(b, t, self.ct, need_running=live is not None))
@@ -272,7 +317,7 @@ class Applier:
         elif taken is None:
             raise BadInput(f"--to {backup}: the journal ({self.journal.path}) has no record of lxcfix taking it "
                            f"of {path_shown}: not restoring a file lxcfix cannot vouch for; nothing changed")
-        steps: list[Step] = [Lock(self.lock_path)] if self.lock_path else []
+        steps: list[Step] = self._lock()
         steps += [Expect(path, ctconfig.digest(current or b""), shown=path_shown)]
         if restart:
             steps.append(Status(b, t, self.ct))

@@ -20,6 +20,7 @@ from .ctconfig import CtConfig
 from .effective import effective
 from .errors import FactsFailed
 from .model import LXC_NAME, VMID, DeviceNode, HostFacts, KernelTree, Storage
+from .transport import OutsideRoot
 from .rules import Context
 from .transport import Transport, env_path
 
@@ -37,7 +38,8 @@ def fact_text(t: Transport, fact: F.Fact, path: str | None = None) -> str | None
             return None
         except OSError as e:
             kernel = (path or fact.read).startswith(("/proc/", "/sys/"))
-            if kernel and e.errno in (errno.EINVAL, errno.EFBIG):  # there, but a FIFO, a device, or far too big
+            # there, but a FIFO, a device, far too big, or (a snapshot's) a link out of the snapshot
+            if kernel and e.errno in (errno.EINVAL, errno.EFBIG, errno.EXDEV):
                 raise FactsFailed(f"{t.name}: {path or fact.read}: {e.strerror or e}: not what the kernel "
                                   "writes there; no container is judged against it") from None
             return None
@@ -236,18 +238,22 @@ def snippet_files(t: Transport, storages) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     if t.local:
         for sid, st in storages.items():
-            top = t.local_path(f"{st.path}/snippets")
+            try:  # a snapshot's paths resolve inside it (OutsideRoot: a storage dir that leads out: unknown)
+                top = t.local_path(f"{st.path}/snippets")
+                there = os.path.isdir(t.local_path(st.path))
+            except OutsideRoot:
+                continue
             try:
-                names = sorted(os.listdir(top))[:512] if os.path.isdir(t.local_path(st.path)) else None
+                names = sorted(os.listdir(top))[:512] if there else None
             except OSError:
-                names = [] if os.path.isdir(t.local_path(st.path)) else None
+                names = [] if there else None
             if names is None:
                 continue
             modes = {}
             for n in names:
                 try:
-                    modes[n] = os.stat(os.path.join(top, n)).st_mode
-                except OSError:
+                    modes[n] = os.stat(t.local_path(f"{st.path}/snippets/{n}")).st_mode
+                except (OSError, OutsideRoot):
                     continue
             out[sid] = modes
         return out

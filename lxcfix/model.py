@@ -468,13 +468,136 @@ class Plan:
         return out + "".join(_unified(h.path, h.before or b"", h.after) for h in self.host_files)
 
 
+# Lines of context around each change, as `diff -u` shows them.
+DIFF_CONTEXT = 3
+# Past this many lines on a side, difflib's "popular line" heuristic (autojunk) can find no match
+# at all in a config of repeated lines and show a one-line change as the whole file replaced.
+_DIFFLIB_SAFE = 200
+# Work the O(ND) diff may do ((N+M)*D line comparisons) before the fallback (difflib) is used.
+_MYERS_BUDGET = 20_000_000
+
+
 def _unified(path: str, before: bytes, after: bytes) -> str:
+    """`diff -u` of the two texts: 3 lines of context, whatever the file's size (a one-line
+    change in a 100,000-line config is a few lines, not the file twice)."""
     if before == after:
         return ""
     a = before.decode("utf-8", "surrogateescape").splitlines(keepends=True)
     b = after.decode("utf-8", "surrogateescape").splitlines(keepends=True)
-    lines = difflib.unified_diff(a, b, fromfile=f"a{path}", tofile=f"b{path}")
+    if len(a) < _DIFFLIB_SAFE and len(b) < _DIFFLIB_SAFE:
+        lines = difflib.unified_diff(a, b, fromfile=f"a{path}", tofile=f"b{path}", n=DIFF_CONTEXT)
+    else:
+        lines = _unified_lines(a, b, f"a{path}", f"b{path}", _opcodes(a, b))
     return "".join(l if l.endswith("\n") else l + "\n\\ No newline at end of file\n" for l in lines)
+
+
+def _opcodes(a: list[str], b: list[str]) -> list[tuple[str, int, int, int, int]]:
+    """difflib-style opcodes of a -> b: the common head and tail set aside first (linear), the
+    middle by an O(ND) diff (few changes: fast on any size), difflib past its budget."""
+    n, m = len(a), len(b)
+    head = 0
+    while head < n and head < m and a[head] == b[head]:
+        head += 1
+    tail = 0
+    while tail < n - head and tail < m - head and a[n - 1 - tail] == b[m - 1 - tail]:
+        tail += 1
+    mid_a, mid_b = a[head:n - tail], b[head:m - tail]
+    if len(mid_a) < 2000 and len(mid_b) < 2000:
+        mid = difflib.SequenceMatcher(None, mid_a, mid_b, autojunk=False).get_opcodes()
+    else:
+        budget = max(64, _MYERS_BUDGET // (len(mid_a) + len(mid_b)))
+        mid = _myers(mid_a, mid_b, budget)
+        if mid is None:
+            mid = difflib.SequenceMatcher(None, mid_a, mid_b).get_opcodes()
+    ops = [("equal", 0, head, 0, head)] if head else []
+    ops += [(tag, i1 + head, i2 + head, j1 + head, j2 + head) for tag, i1, i2, j1, j2 in mid]
+    if tail:
+        ops.append(("equal", n - tail, n, m - tail, m))
+    return ops
+
+
+def _myers(a: list[str], b: list[str], max_d: int) -> list[tuple[str, int, int, int, int]] | None:
+    """Opcodes of a shortest edit script (Myers 1986), None when more than max_d edits are needed."""
+    n, m = len(a), len(b)
+    v = {1: 0}
+    trace = []
+    for d in range(max_d + 1):
+        trace.append(dict(v))
+        for k in range(-d, d + 1, 2):
+            x = v[k + 1] if k == -d or (k != d and v[k - 1] < v[k + 1]) else v[k - 1] + 1
+            y = x - k
+            while x < n and y < m and a[x] == b[y]:
+                x, y = x + 1, y + 1
+            v[k] = x
+            if x >= n and y >= m:
+                return _script(trace, n, m)
+    return None
+
+
+def _script(trace: list[dict[int, int]], n: int, m: int) -> list[tuple[str, int, int, int, int]]:
+    """Walk the trace back into opcodes (runs of equal lines, deletes and inserts)."""
+    moves: list[tuple[str, int, int]] = []  # (kind, i, j) one line each, backwards
+    x, y = n, m
+    for d in range(len(trace) - 1, -1, -1):
+        v = trace[d]
+        k = x - y
+        if d == 0:
+            prev_k = k
+        else:
+            prev_k = k + 1 if k == -d or (k != d and v[k - 1] < v[k + 1]) else k - 1
+        prev_x = v[prev_k] if d else 0
+        prev_y = prev_x - prev_k
+        while x > prev_x and y > prev_y:
+            x, y = x - 1, y - 1
+            moves.append(("equal", x, y))
+        if d:
+            if x == prev_x:
+                moves.append(("insert", x, y - 1))
+            else:
+                moves.append(("delete", x - 1, y))
+            x, y = prev_x, prev_y
+    ops: list[list] = []
+    for kind, i, j in reversed(moves):
+        di, dj = (1, 1) if kind == "equal" else (1, 0) if kind == "delete" else (0, 1)
+        if ops and (ops[-1][0] == kind or (kind != "equal" and ops[-1][0] in ("delete", "insert", "replace"))):
+            last = ops[-1]
+            if last[0] != kind:
+                last[0] = "replace"
+            last[2] += di
+            last[4] += dj
+        else:
+            ops.append([kind, i, i + di, j, j + dj])
+    return [tuple(o) for o in ops]  # type: ignore[misc]
+
+
+def _unified_lines(a: list[str], b: list[str], fromfile: str, tofile: str, ops) -> list[str]:
+    """difflib.unified_diff's text for these opcodes (3 lines of context)."""
+    matcher = difflib.SequenceMatcher(None, (), ())
+    matcher.opcodes = ops  # get_grouped_opcodes() groups the opcodes it is given
+    groups = list(matcher.get_grouped_opcodes(DIFF_CONTEXT))
+    if not groups:
+        return []
+    out = [f"--- {fromfile}\n", f"+++ {tofile}\n"]
+    for group in groups:
+        first, last = group[0], group[-1]
+        out.append(f"@@ -{_range(first[1], last[2])} +{_range(first[3], last[4])} @@\n")
+        for tag, i1, i2, j1, j2 in group:
+            if tag == "equal":
+                out += [" " + line for line in a[i1:i2]]
+                continue
+            if tag in ("replace", "delete"):
+                out += ["-" + line for line in a[i1:i2]]
+            if tag in ("replace", "insert"):
+                out += ["+" + line for line in b[j1:j2]]
+    return out
+
+
+def _range(start: int, stop: int) -> str:
+    """A unified diff hunk's range, as difflib writes it."""
+    begin, length = start + 1, stop - start
+    if length == 1:
+        return str(begin)
+    return f"{begin - 1 if not length else begin},{length}"
 
 
 @dataclass(frozen=True)

@@ -208,7 +208,7 @@ def applier(target: Target, ct: str) -> "Applier":
     return Applier(
         Host(target.local_path, target.transport, target.backend if target.live else None),
         ct, state_dir(target.root), target.backend.flavor,
-        lock_path=target.backend.lock_path(ct) if target.live else None,
+        lock_path=target.backend.lock_path(ct) if target.live else None, snapshot_lock=not target.live,
     )
 
 

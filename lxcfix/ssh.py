@@ -83,9 +83,14 @@ import tenacity
 
 from .errors import BadInput, Unreachable
 from .model import Result
-from .transport import MAX_READ, _Commands
+from .transport import MAX_READ, _Commands, read_regular
 
 DEFAULT_SSH_CONFIG = "~/.ssh/config"
+# What lxcfix reads of the files SSH needs, at most (an inventory may name /dev/zero as a key):
+# a private key is a few KB (RSA 16384 bits: 13 KB), an ssh config or a known_hosts a few hundred.
+MAX_KEY_FILE = 1 << 20
+MAX_SSH_CONFIG = 4 << 20
+MAX_KNOWN_HOSTS = 64 << 20
 SYSTEM_KNOWN_HOSTS = ("/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2")
 USER_KNOWN_HOSTS = ("~/.ssh/known_hosts", "~/.ssh/known_hosts2")
 MiB = 1 << 20
@@ -245,10 +250,12 @@ def load_ssh_config(path: str | None) -> paramiko.SSHConfig | None:
     full = os.path.expanduser(path)
     try:
         st = os.stat(full)
-        if stat.S_ISFIFO(st.st_mode) or stat.S_ISSOCK(st.st_mode) or stat.S_ISDIR(st.st_mode):
+        if os.path.realpath(full) == os.devnull:  # `--ssh-config /dev/null`: no config, as ssh -F takes it
+            text = ""
+        elif not stat.S_ISREG(st.st_mode):
             raise BadInput(f"ssh config {path}: not a regular file")
-        with open(full, encoding="utf-8") as f:
-            text = f.read()
+        else:  # bounded: a config is a few KB; /dev/zero or a huge file is refused, never read whole
+            text = read_regular(full, MAX_SSH_CONFIG).decode("utf-8")
     except FileNotFoundError:
         if path == DEFAULT_SSH_CONFIG:
             return None
@@ -353,6 +360,25 @@ def resolve(dest: str, *, port: int | None = None, user: str | None = None,
         accept_new=accept_new or strict in ("accept-new", "no", "off"),
         connect_timeout=timeout, keepalive=keepalive,
     )
+
+
+def check_key_files(paths: Sequence[str]) -> None:
+    """Each private key file that exists must be a regular file of at most MAX_KEY_FILE bytes
+    before paramiko reads it (whole): `ansible_ssh_private_key_file: /dev/zero` would be read
+    until memory runs out. ConnectFailed (this host unreachable, with the reason) otherwise;
+    a missing one is left to paramiko, as before."""
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            raise ConnectFailed(f"private key file {path}: {e.strerror or e}") from None
+        if not stat.S_ISREG(st.st_mode):
+            raise ConnectFailed(f"private key file {path}: not a regular file; not read")
+        if st.st_size > MAX_KEY_FILE:
+            raise ConnectFailed(f"private key file {path}: larger than {MAX_KEY_FILE >> 10} KiB "
+                                "(a key is a few KB); not read")
 
 
 # ----------------------------------------------------------------- host keys
@@ -660,6 +686,7 @@ class Ssh(_Commands):
     def _connect_once(self) -> paramiko.SSHClient:
         ep = self.endpoint
         self.attempts += 1
+        check_key_files(ep.key_files)
         # fabric manages the client; its default missing-key policy adds unknown keys,
         # so ours (strict, or accept-new when asked) replaces it before connecting.
         conn = fabric.Connection(
@@ -670,6 +697,9 @@ class Ssh(_Commands):
         for path in ep.known_hosts:
             if os.path.isfile(path):
                 try:
+                    if os.stat(path).st_size > MAX_KNOWN_HOSTS:
+                        raise ConnectFailed(f"known_hosts {path}: larger than {MAX_KNOWN_HOSTS >> 20} MiB; "
+                                            "not read")
                     if path == ep.known_hosts_write:
                         client.load_host_keys(path)
                     else:

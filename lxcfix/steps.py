@@ -260,10 +260,22 @@ class Write(Step):
         (self.writer or write_atomic)(self.path, data, self.flavor, **kw)
 
     def do(self, tx) -> None:
+        # None: not known yet; True: past the temp file, the rename may have happened; False:
+        # the compare-and-swap refused, this write put nothing on disk (whatever is there now
+        # is someone else's: a hand edit, another writer) and undo must not touch it.
+        self._wrote: bool | None = None
+
+        def temp_written() -> None:
+            tx.checkpoint_at(self.temp_checkpoint)
+            self._wrote = True
+
         try:
             os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
             self._write(self.after, expect_digest=ctconfig.digest(self.before or b""), mode=self.mode,
-                        on_temp=lambda: tx.checkpoint_at(self.temp_checkpoint))
+                        on_temp=temp_written)
+        except Refused:
+            self._wrote = False
+            raise
         except OSError as e:  # a full or read-only disk: one line that says which file and why
             where = e.filename if isinstance(e.filename, str) else self.path
             raise CannotWrite(f"cannot write {self.shown or self.path}: {e.strerror or e} ({where})") from None
@@ -275,9 +287,15 @@ class Write(Step):
             return b""
 
     def changed(self, tx) -> bool:
+        """Only what this write put there is its to undo: a file someone else changed while it
+        waited (its compare-and-swap refused) is not, whatever it holds now."""
+        if getattr(self, "_wrote", None) is False:
+            return False
         return self._now() != self.before
 
     def undo(self, tx) -> str | None:
+        if getattr(self, "_wrote", None) is False:
+            return None  # nothing of it reached the disk
         backup = tx.state.get("backup")
         shown = self.shown or self.path
         now = self._now()

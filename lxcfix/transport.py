@@ -37,7 +37,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
-from .errors import CommandFailed
+from .bounded import excerpt
+from .errors import BadInput, CommandFailed
 from .facts import FACTS, node_from_stat, parse_stat_lines
 from .model import DeviceNode, Result
 
@@ -129,6 +130,76 @@ def read_regular(path: str, limit: int = MAX_READ, dir_fd: int | None = None, fo
         return b"".join(chunks)
     finally:
         os.close(fd)
+
+
+class OutsideRoot(BadInput):
+    """A path of a host snapshot (--root DIR) that leads out of DIR: a symlink to a directory
+    elsewhere, or `..` above DIR. Refused (exit 2, one line): a snapshot's files are data,
+    and nothing lxcfix reads or writes for it is outside it. why: the reason alone (RootDir.read
+    raises it as an OSError: a file that cannot be read inside the snapshot is an unreadable
+    file, judged as such)."""
+
+    def __init__(self, message: str, why: str = ""):
+        super().__init__(message)
+        self.why = why or message
+
+
+# Symlinks followed on one path at most (the kernel's limit, as openat2 counts them).
+MAX_LINKS = 40
+
+
+def resolve_in_root(root: str, path: str, follow_last: bool = True) -> str:
+    """Where the host path `path` (/etc/pve/lxc/200.conf) is inside the snapshot `root` (a real
+    path: no symlink in it), every symlink on the way resolved inside it, as
+    openat2(RESOLVE_IN_ROOT) resolves them: a relative link from its own directory (Proxmox's
+    etc/pve/lxc -> nodes/pve1/lxc), an absolute one that names a path under `root`. A link that
+    leads anywhere else, or `..` above `root`, raises OutsideRoot; so does a loop. The path
+    returned has no symlink in it (its last part is one only when follow_last is False); a part
+    that does not exist ends the walk (the rest is taken as written, `..` included)."""
+    shown = path
+    todo = [p for p in path.split("/") if p not in ("", ".")]
+    done: list[str] = []
+    links = 0
+    last = ""  # the last link followed, for the message
+
+    def outside(why: str) -> OutsideRoot:
+        return OutsideRoot(f"--root {root}: {excerpt(shown, 200)}: {why}, outside the snapshot; lxcfix reads and "
+                           "writes only inside it (nothing changed)", f"{why}, outside the snapshot (not followed)")
+
+    while todo:
+        part = todo.pop(0)
+        if part == "..":
+            if not done:
+                raise outside(last or "'..' leads above the snapshot's root")
+            done.pop()
+            continue
+        here = os.path.join(root, *done, part)
+        try:
+            info = os.lstat(here)
+        except (FileNotFoundError, NotADirectoryError):
+            for rest in [part] + todo:  # nothing there: no link below to follow
+                if rest != "..":
+                    done.append(rest)
+                elif done:
+                    done.pop()
+                else:
+                    raise outside(last or "'..' leads above the snapshot's root") from None
+            break
+        if not st_mod.S_ISLNK(info.st_mode) or (not todo and not follow_last):
+            done.append(part)
+            continue
+        links += 1
+        if links > MAX_LINKS:
+            raise OutsideRoot(f"--root {root}: {excerpt(shown, 200)}: more than {MAX_LINKS} symlinks on the way "
+                              "(a loop); nothing changed", f"more than {MAX_LINKS} symlinks on the way (a loop)")
+        target = os.readlink(here)
+        last = f"/{excerpt('/'.join(done + [part]), 200)} is a symlink to {excerpt(target, 200)}"
+        if target.startswith("/"):
+            if target != root and not target.startswith(root.rstrip("/") + "/"):
+                raise outside(last)
+            target, done = target[len(root):], []
+        todo = [p for p in target.split("/") if p not in ("", ".")] + todo
+    return os.path.join(root, *done)
 
 
 def _text(data: bytes | bytearray) -> str:
@@ -232,10 +303,11 @@ def run_bounded(argv: Sequence[str], *, input: str | None = None, timeout: float
     return Result(rc, _text(bufs[out_fd]), _text(bufs[err_fd]))
 
 
-def _walk_nodes(real_top: str, shown_top: str) -> dict[str, DeviceNode]:
-    """Every device node under top, by the path the host names it (links followed); also
-    what is there but is no node (facts.NOT_NODES: a regular file, a directory, a symlink to
-    nothing), which gather keeps apart."""
+def _walk_nodes(real_top: str, shown_top: str, stat=None) -> dict[str, DeviceNode]:
+    """Every device node under top, by the path the host names it (links followed; `stat`:
+    how a shown path is stat()ed, for a snapshot inside it); also what is there but is no
+    node (facts.NOT_NODES: a regular file, a directory, a symlink to nothing), which gather
+    keeps apart."""
     out: dict[str, DeviceNode] = {}
     for dirpath, dirnames, filenames in os.walk(real_top):
         dirnames[:] = [d for d in dirnames if d not in ("pts", "shm", "mqueue", "hugepages")]
@@ -243,12 +315,12 @@ def _walk_nodes(real_top: str, shown_top: str) -> dict[str, DeviceNode]:
             real = os.path.join(dirpath, name)
             shown = shown_top + real[len(real_top):]
             try:
-                info = os.stat(real)
+                info = os.stat(real) if stat is None else stat(shown)
             except FileNotFoundError:
                 if os.path.islink(real):
                     out[shown] = DeviceNode(shown, "l", 0, 0, 0)
                 continue
-            except OSError:
+            except (OSError, OutsideRoot):
                 continue
             if (node := node_from_stat(shown, info, odd=True)) is not None:
                 out[shown] = node
@@ -325,7 +397,9 @@ class Local:
 class RootDir:
     """A host snapshot: a directory laid out like the host's root.
 
-    Reads map `/etc/pve/lxc/200.conf` to `<root>/etc/pve/lxc/200.conf`.
+    Reads map `/etc/pve/lxc/200.conf` to `<root>/etc/pve/lxc/200.conf`, and so do writes
+    (local_path): every path is resolved inside root (resolve_in_root: a symlink is followed
+    only while it stays inside; one that leads out raises OutsideRoot, exit 2).
     Commands do not run; a snapshot may carry their output as
     `<root>/.lxcfix/<command>` (for example `.lxcfix/pveversion` holds
     `pveversion -v`), which run() returns.
@@ -335,8 +409,11 @@ class RootDir:
     name: str = "snapshot"
     local = True
 
+    def __post_init__(self) -> None:
+        self.root = os.path.realpath(self.root)  # the admin's own path; links below it are the snapshot's
+
     def local_path(self, path: str) -> str:
-        return os.path.join(self.root, path.lstrip("/"))
+        return resolve_in_root(self.root, path)
 
     path = local_path
 
@@ -344,13 +421,23 @@ class RootDir:
             max_output: int | None = None) -> Result:
         name = os.path.basename(argv[0])
         try:
-            text = read_regular(os.path.join(self.root, ".lxcfix", name), MAX_OUTPUT if max_output is None else max_output)
+            text = read_regular(self.local_path(f"/.lxcfix/{name}"), MAX_OUTPUT if max_output is None else max_output,
+                                follow=False)
             return Result(0, text.decode("utf-8", "surrogateescape"), "")
         except OSError:
             return Result(127, "", f"{name}: not in the host snapshot")
+        except OutsideRoot as e:
+            return Result(127, "", f"{name}: {e}")
 
     def read(self, path: str) -> bytes:
-        return read_regular(self.local_path(path))
+        """A file whose path leads out of the snapshot is not read: OSError(EXDEV), as openat2
+        refuses it, so each file's reader judges it as it judges any unreadable file (a config:
+        LXF131; /proc/devices: the facts fail). Directories that lead out raise OutsideRoot."""
+        try:
+            real = self.local_path(path)
+        except OutsideRoot as e:
+            raise OSError(errno.EXDEV, e.why, path) from None
+        return read_regular(real, follow=False)
 
     def listdir(self, path: str) -> list[str]:
         return sorted(os.listdir(self.local_path(path)))
@@ -360,8 +447,20 @@ class RootDir:
 
     def device_nodes(self, paths: Sequence[str] | None = None) -> dict[str, DeviceNode]:
         if paths is None:
-            return _walk_nodes(self.local_path("/dev"), "/dev")
-        return _lstat_nodes(paths, self.local_path)
+            try:
+                top = self.local_path("/dev")
+            except OutsideRoot:
+                return {}
+            return _walk_nodes(top, "/dev", stat=lambda shown: os.stat(self.local_path(shown)))
+        out = {}
+        for p in paths:  # symlinks NOT followed at the last part; on the way, only inside the snapshot
+            try:
+                info = os.lstat(resolve_in_root(self.root, p, follow_last=False))
+            except (OSError, OutsideRoot):
+                continue
+            if (node := node_from_stat(p, info)) is not None:
+                out[p] = node
+        return out
 
     def close(self) -> None:
         pass

@@ -237,3 +237,59 @@ def test_a_caller_may_raise_the_cap_for_one_command(server, keys):
         r = t.run(["head", "-c", str(3 * MiB), "/dev/zero"], max_output=4 * MiB)
         assert r.rc == 0 and len(r.stdout) == 3 * MiB
         assert t.run(["head", "-c", str(3 * MiB), "/dev/zero"]).rc == 125  # the run's cap otherwise
+
+
+# ----------------------------------------------------------------- issue 21 row 9: files SSH reads, bounded
+
+
+def test_dev_zero_as_the_inventorys_key_file_is_that_host_unreachable_never_read(server, keys, tmp_path):
+    """`ansible_ssh_private_key_file: /dev/zero` was read whole (MemoryError under a 2 GiB limit,
+    a traceback). Now the key file is checked before paramiko reads it: the host is unreachable
+    (LXF301) with the reason, in bounded memory; a real key beside it still works."""
+    from .hostile import lxcfix_limited
+
+    d, options = server()
+    inv = tmp_path / "inventory.yml"
+    inv.write_text("all:\n  hosts:\n"
+                   f"    zero:\n      ansible_host: 127.0.0.1\n      ansible_port: {d.port}\n"
+                   "      ansible_user: root\n      ansible_ssh_private_key_file: /dev/zero\n")
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {"PATH": os.environ["PATH"], "HOME": str(home), "PYTHONPATH": str(REPO), "LC_ALL": "C.UTF-8"}
+    r = lxcfix_limited(env, "scan", "--inventory", str(inv), "--known-hosts", options.known_hosts, "--json",
+                       memory=2 << 30, timeout=120)
+    err = r.stderr.decode()
+    assert b"Traceback" not in r.stdout + r.stderr and "MemoryError" not in err, err[-2000:]
+    assert r.returncode == 3, (r.returncode, err[-2000:])
+    doc = json.loads(r.stdout)
+    (h,) = doc["hosts"]
+    text = json.dumps([h["error"], h["findings"]])
+    assert "LXF301" in text and "/dev/zero: not a regular file" in text, text[:2000]
+    with pytest.raises(Unreachable, match="private key file /dev/zero: not a regular file"):
+        ssh.Ssh("h", hostname="127.0.0.1", port=d.port, user="root", key_files=["/dev/zero"],
+                options=options).connect()
+    big = tmp_path / "big_key"
+    big.write_bytes(b"x" * (ssh.MAX_KEY_FILE + 1))
+    with pytest.raises(Unreachable, match="larger than"):
+        ssh.Ssh("h", hostname="127.0.0.1", port=d.port, user="root", key_files=[str(big)], options=options).connect()
+    with host(d, keys, options) as t:
+        assert t.run(["echo", "ok"]).stdout == "ok\n"
+
+
+def test_dev_zero_as_ssh_config_is_one_line_exit_2(tmp_path):
+    """--ssh-config /dev/zero was read whole; now it is refused as not a regular file, and a
+    huge regular one as too big, each one line (exit 2), under a 2 GiB limit."""
+    from .hostile import lxcfix_limited
+
+    inv = tmp_path / "inventory.yml"
+    inv.write_text("all:\n  hosts:\n    h1:\n      ansible_host: 127.0.0.1\n")
+    huge = tmp_path / "huge_config"
+    with open(huge, "wb") as f:
+        f.truncate(1 << 30)  # sparse: costs no disk; read whole it is 1 GiB, twice (bytes, str)
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PYTHONPATH": str(REPO), "LC_ALL": "C.UTF-8"}
+    for path, why in (("/dev/zero", "not a regular file"), (str(huge), "larger than")):
+        r = lxcfix_limited(env, "scan", "--inventory", str(inv), "--ssh-config", path, memory=2 << 30, timeout=60)
+        err = r.stderr.decode()
+        lines = [l for l in err.splitlines() if l.strip()]
+        assert r.returncode == 2 and len(lines) == 1 and why in lines[0] and path in lines[0], err[-2000:]
+    assert ssh.load_ssh_config("/dev/null") is not None  # the usual "no config" still reads as empty

@@ -339,3 +339,74 @@ def test_host_fix_backups_are_not_a_container_named_hosts(env, tmp_path):
         assert Path(c.config_path).read_bytes() == before
     finally:
         c.destroy()
+
+
+# ---------------------------------------------------------------- issue 21 row 8: concurrent applies on one snapshot
+
+
+def test_a_second_apply_of_a_snapshot_while_one_is_paused_is_refused_by_the_lock(snap, env, tmp_path):
+    """Before: no lock covered a snapshot; the second apply finished, and the first (paused
+    after its backup) then restored its backup over that change (exit 4): the change was gone.
+    Now the snapshot's container is locked in the state dir its --root uses: the second is
+    refused (exit 2, nothing changed), the first finishes."""
+    conf = snap / "etc/pve/lxc/200.conf"
+    old = conf.read_bytes()
+    pause = tmp_path / "pause"
+    first = paused_apply(env, "200", "backed-up", pause, "--root", str(snap), "--no-restart")
+    try:
+        second = _apply_snapshot(env, snap)
+        assert second.returncode == 2, second.stdout + second.stderr
+        line = one_line(second.stderr)
+        assert "another lxcfix holds" in line and "locks/200.lock" in line and "nothing changed" in line
+        assert conf.read_bytes() == old
+    finally:
+        pause.unlink(missing_ok=True)
+        out, err = first.communicate(timeout=60)
+    assert first.returncode == 0, out + err
+    assert conf.read_bytes() != old
+    assert events(snap / ".lxcfix/state") == ["backup", "written", "done"]
+    assert _apply_snapshot(env, snap).returncode == 0  # the lock is released: nothing left to do
+
+
+def test_an_apply_never_restores_over_a_change_it_did_not_write(snap, env, tmp_path):
+    """Another writer the lock does not stop (an lxcfix using another state dir) finishes the
+    same change while the first apply is paused after its backup. Before: the first found the
+    file changed, "nothing written", and still restored its backup over the other's change
+    (exit 4). Now a rollback restores only what this apply wrote: exit 2, the change stays."""
+    conf = snap / "etc/pve/lxc/200.conf"
+    old = conf.read_bytes()
+    pause = tmp_path / "pause"
+    first = paused_apply(env, "200", "backed-up", pause, "--root", str(snap), "--no-restart")
+    try:
+        other = lxcfix({**env, "LXCFIX_STATE_DIR": str(tmp_path / "other-state")}, "apply", "--root", str(snap),
+                       "--ct", "200", "--no-restart", "--yes")
+        assert other.returncode == 0, other.stdout + other.stderr
+        theirs = conf.read_bytes()
+        assert theirs != old
+    finally:
+        pause.unlink(missing_ok=True)
+        out, err = first.communicate(timeout=60)
+    assert first.returncode == 2, out + err
+    line = one_line(err)
+    assert "changed while lxcfix was working" in line and "nothing written" in line
+    assert conf.read_bytes() == theirs
+    assert "rolled-back" not in events(snap / ".lxcfix/state")
+
+
+def test_a_hand_edit_while_an_apply_waits_is_kept_and_the_exit_is_nothing_changed(snap, env, tmp_path):
+    """Before: the hand edit was kept, but the exit was 5 ("rollback failed") although nothing
+    had been written. Now: exit 2, one line, the hand edit as it was."""
+    conf = snap / "etc/pve/lxc/200.conf"
+    pause = tmp_path / "pause"
+    first = paused_apply(env, "200", "backed-up", pause, "--root", str(snap), "--no-restart")
+    try:
+        edited = conf.read_bytes().replace(b"cores: 16\n", b"cores: 8\n")
+        conf.write_bytes(edited)
+    finally:
+        pause.unlink(missing_ok=True)
+        out, err = first.communicate(timeout=60)
+    assert first.returncode == 2, out + err
+    assert "changed while lxcfix was working" in one_line(err)
+    assert conf.read_bytes() == edited
+    assert not [p for p in conf.parent.iterdir() if p.name.endswith(".tmp")]
+    assert "rollback-failed" not in events(snap / ".lxcfix/state")

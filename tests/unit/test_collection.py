@@ -148,6 +148,29 @@ def test_bad_input_fails_the_task_with_lxcfixs_message(play, snap):
     assert fix["msg"].startswith("lxcfix: no container '999'")
 
 
+def test_fix_through_a_link_out_of_the_snapshot_fails_the_task_and_writes_nothing(play, snap, tmp_path):
+    """Issue 21 row 5: with the snapshot's etc/pve/lxc a symlink to a directory elsewhere, the
+    module (lxcfix.api.fix) wrote the config out there. Now the task fails with lxcfix's one
+    line (exit 2) and nothing out there, or in the snapshot, changes."""
+    import os
+
+    outside = tmp_path / "outside"
+    shutil.move(str(snap / "etc/pve/lxc"), outside)
+    os.symlink(outside, snap / "etc/pve/lxc")
+    book = tmp_path / "fix-only.yml"
+    book.write_text("- hosts: all\n  gather_facts: false\n  tasks:\n    - name: Fix\n"
+                    "      lxcfix.lxcfix.lxcfix_fix:\n        ct: '200'\n        root: '{{ snap }}'\n")
+    before, inside = tree_bytes(outside), tree_bytes(snap)
+    inv = local_inventory(play, play.interpreter("py", PYTHONPATH=str(REPO)))
+    run = play.run(book, inv, "-e", f"snap={snap}")
+    assert run.rc != 0
+    fix = run.task("Fix")
+    assert fix["_status"] == "failed" and fix["exit_code"] == 2 and fix["rolled_back"] is False, run.output()
+    assert fix["msg"].startswith("lxcfix: --root ") and "outside the snapshot" in fix["msg"]
+    assert tree_bytes(outside) == before and tree_bytes(snap) == inside
+    assert not (snap / ".lxcfix/state").exists()
+
+
 # ---------------------------------------------------------------- lxcfix missing or too old where the module runs
 
 

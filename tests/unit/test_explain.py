@@ -146,3 +146,13 @@ def test_cli_explain_json(capsys):
 def test_readme_says_how_to_look_a_code_up():
     assert "lxcfix explain CODE" in README.split("## Finding codes", 1)[1].split("\n## ", 1)[0]
     assert "### Explain a finding" in README
+
+
+def test_cli_explain_of_a_huge_argument_is_one_short_line(capsys):
+    """Issue 21 row 10: a 100 KB argument was echoed whole in the one-line error."""
+    rc, out, err = run(capsys, "explain", "LXF" + "9" * 100_000)
+    assert rc == 2 and out == ""
+    lines = [l for l in err.splitlines() if l.strip()]
+    assert len(lines) == 1 and len(lines[0]) < 1000 and "no finding code 'LXF999" in lines[0], lines[0][:300]
+    rc, out, err = run(capsys, "explain", "\x1b[31m" + "é" * 50_000)
+    assert rc == 2 and len(err) < 1000 and "\x1b" not in err

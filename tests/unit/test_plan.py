@@ -210,3 +210,55 @@ def test_examples_have_the_documented_findings():
         "pve-kernel-upgrade/303": ["LXF100", "LXF102"],
         "pve-kernel-upgrade/304": ["LXF152", "LXF153", "LXF153"],
     }
+
+
+# ---------------------------------------------------------------- issue 21 row 10: a bounded diff
+
+
+def _big_config(n: int = 100_000) -> list[str]:
+    # no line unique: difflib's popular-line heuristic then finds no match at all
+    return [f"lxc.mount.entry: /srv/d{i % 60} srv/d{i % 60} none bind,optional 0 0\n" for i in range(n)]
+
+
+@pytest.mark.parametrize("where", ["top", "middle", "top-and-bottom"])
+def test_a_one_line_change_in_a_100k_line_config_is_a_diff_of_a_few_lines(where):
+    from lxcfix.model import Plan
+
+    lines = _big_config()
+    new = "lxc.cgroup2.devices.allow: c 10:200 rwm\n"
+    if where == "top":
+        after = [new] + lines
+    elif where == "middle":
+        after = lines[:50_000] + [new] + lines[50_000:]
+    else:
+        after = [new] + lines[:-1]
+    before, after_b = "".join(lines).encode(), "".join(after).encode()
+    plan = Plan("200", "/etc/pve/lxc/200.conf", ctconfig.digest(before), before, after_b)
+    diff = plan.diff().splitlines()
+    assert len(diff) <= 20, len(diff)
+    assert diff[:2] == ["--- a/etc/pve/lxc/200.conf", "+++ b/etc/pve/lxc/200.conf"]
+    assert [l for l in diff if l.startswith("+") and not l.startswith("+++")] == ["+" + new.rstrip("\n")]
+    assert sum(1 for l in diff if l.startswith(" ")) <= 3 * 4  # 3 lines of context a side, as diff -u
+
+
+def test_the_bounded_diff_is_difflibs_text_and_applies_back():
+    """Wherever difflib finds the changes, the text is difflib's own; and every diff, applied
+    to the old lines, gives the new ones."""
+    import difflib
+    import random
+
+    from lxcfix import model
+
+    rng = random.Random(21)
+    for _ in range(300):
+        a = [rng.choice("abcde") + "\n" for _ in range(rng.randint(0, 300))]
+        b = list(a)
+        for _ in range(rng.randint(1, 6)):
+            i = rng.randint(0, len(b))
+            b[i:i + rng.randint(0, 2)] = [rng.choice("abxyz") + "\n"] * rng.randint(0, 2)
+        ops = model._opcodes(a, b)
+        rebuilt = [line for tag, i1, i2, j1, j2 in ops for line in (a[i1:i2] if tag == "equal" else b[j1:j2])]
+        assert rebuilt == b
+        assert all(a[i1:i2] == b[j1:j2] for tag, i1, i2, j1, j2 in ops if tag == "equal")
+        small = difflib.SequenceMatcher(None, a, b).get_opcodes()
+        assert model._unified_lines(a, b, "x", "y", small) == list(difflib.unified_diff(a, b, "x", "y"))

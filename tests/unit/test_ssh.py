@@ -246,3 +246,20 @@ def test_unanswered_channel_request_times_out():
     answered = SilentChannel()
     ssh._answered(answered, 5, lambda: None, "x")  # answered in time: no error, channel left open
     assert not answered._closed.is_set()
+
+
+def test_files_ssh_needs_are_read_bounded(tmp_path):
+    """Issue 21 row 9: a key file, ssh config or known_hosts is never read whole."""
+    from lxcfix import ssh
+    from lxcfix.errors import BadInput, Unreachable
+
+    big = tmp_path / "big"
+    with open(big, "wb") as f:
+        f.truncate(ssh.MAX_SSH_CONFIG + 1)
+    for path, why in (("/dev/zero", "not a regular file"), (str(big), "larger than")):
+        with pytest.raises(BadInput, match=why):
+            ssh.load_ssh_config(path)
+        with pytest.raises(Unreachable, match=f"private key file {path}: " + why):
+            ssh.check_key_files([path])
+    ssh.check_key_files([str(tmp_path / "missing")])  # left to paramiko, as before
+    assert ssh.load_ssh_config("/dev/null") is not None

@@ -63,7 +63,9 @@ options:
   root:
     description:
       - Fix a host snapshot, a directory laid out like a host's root, instead of the live host. Only files under it
-        are written (backups in O(root)/.lxcfix/state); nothing is restarted.
+        are written (backups in O(root)/.lxcfix/state); nothing is restarted. Every path is resolved inside it, and a
+        symlink that leads out of it (its C(etc/pve/lxc) linked to a directory elsewhere) fails the task, nothing
+        changed.
     type: path
 notes:
   - Set C(ansible_python_interpreter) for these tasks to the Python that has lxcfix, for example
