@@ -732,8 +732,11 @@ def explain(
             say("lxcfix explain CODE: the whole entry; lxcfix explain 'TEXT': what an error text means", "dim")
         return Shown("explain")
     found = codes.lookup(words[0]) if len(words) == 1 else None
-    if found is None and len(words) == 1 and re.fullmatch(r"(?i)(lxf)?[0-9]{3}", words[0].strip()):
-        raise BadInput(f"no finding code {words[0].strip()!r}: lxcfix explain lists them ({', '.join(codes.CODES)})")
+    if found is None and len(words) == 1 and re.fullmatch(r"(?i)(lxf)?[0-9]+", words[0].strip()):
+        from .bounded import excerpt
+
+        raise BadInput(f"no finding code '{excerpt(words[0].strip(), 40)}': lxcfix explain lists them "
+                       f"({', '.join(codes.CODES)})")
     if found is None:
         return _explain_text(sys.stdin.read(errortexts_max() + 1) if words == ["-"] else " ".join(words), as_json)
     if as_json:
