@@ -726,6 +726,80 @@ CODES: dict[str, Code] = {c.code: c for c in (
         family="probe", predicts=ALL, audit="driver_mismatch",
     ),
     Code(
+        "LXF220", "error",
+        "inner container: the LXC layer's allowlist denies the device",
+        "A container that the LXC container runs itself (Docker, Podman, runc) cannot open a node because the "
+        "LXC container's own cgroup device policy denies it: open() gives EPERM both in the LXC container and "
+        "in the inner one. Whatever the inner container is given (--device, a compose devices: line, an OCI "
+        "linux.devices entry), the layer above decides first.",
+        "The probe lists the inner containers (docker ps, podman ps, runc list inside the LXC container) and, "
+        "with `--inner NAME` (or all), runs the same node checks inside one through the container's own "
+        "`docker exec`/`podman exec`/`runc exec` (argv only, the probe's cap and deadline). The LXC layer's "
+        "probe of the same path gives EPERM too. Measured on this project's machines: runc 1.1.5 inside a "
+        "privileged LXC 5.0.2 container, /dev/net/tun (10:200) in the inner container's linux.devices: EPERM "
+        "until the LXC config allows c 10:200 rwm.",
+        (("any", "Fix the LXC layer first: the LXF100/LXF200 finding for the same node carries the allow "
+                 "rule (`lxcfix plan --ct CT`); then the inner container sees what it is given."),),
+        "None known: EPERM in both layers is the LXC layer's policy.",
+        family="nested", subject=("device", "numbers"), kind="cgroup-denies", node=True,
+    ),
+    Code(
+        "LXF221", "error",
+        "inner container: not given the device",
+        "The LXC container has the node, but the container it runs (Docker, Podman, runc) does not: the node "
+        "is absent there. An inner container sees only the nodes its runtime creates for it: `docker run "
+        "--device`, a compose `devices:` line, an OCI config's `linux.devices`.",
+        "The inner probe (`lxcfix diagnose --ct CT --inner NAME`) finds no node at the path the LXC "
+        "container's own probe opens (or is given). Measured: runc 1.1.5 in LXC 5.0.2, a config.json without "
+        "/dev/net/tun in linux.devices: ENOENT inside, while the LXC container opens it.",
+        (("any", "Recreate the inner container with the node: `docker run --device /dev/net/tun:/dev/net/tun "
+                 "...`, compose `devices: [\"/dev/net/tun:/dev/net/tun\"]`, or for runc an entry in "
+                 "config.json's linux.devices and an allow rule in linux.resources.devices. For NVIDIA, every "
+                 "node (/dev/nvidia0, nvidiactl, nvidia-uvm, nvidia-uvm-tools, nvidia-caps) or CDI."),),
+        "The application does not need that node (then nothing is wrong).",
+        family="nested", subject=("device", "numbers"),
+    ),
+    Code(
+        "LXF222", "error",
+        "inner container: its runtime's device cgroup denies the device",
+        "The node is there inside the inner container (a bind mount or volume of /dev) and opens in the LXC "
+        "container, but open() in the inner container gives EPERM: the inner runtime's own device rules "
+        "(Docker's default list, an OCI linux.resources.devices) do not allow it.",
+        "EPERM from the inner probe while the LXC layer's probe of the same node succeeds: only a device "
+        "cgroup below the LXC container's gives that.",
+        (("any", "`--device /dev/X` (which adds the rule as well as the node), or `--device-cgroup-rule "
+                 "'c MAJOR:MINOR rwm'` (compose: device_cgroup_rules); OCI: an allow entry in "
+                 "linux.resources.devices. With the NVIDIA runtime in a container: no-cgroups = true "
+                 "and every node listed."),),
+        "A runtime that answers EPERM for other reasons (a seccomp or LSM rule on open): rare for device nodes.",
+        family="nested", subject=("device", "numbers"),
+    ),
+    Code(
+        "LXF223", "warning",
+        "inner container: cannot be probed",
+        "An inner container asked for with `--inner` could not be probed: no running inner container of that "
+        "name, `docker exec`/`podman exec`/`runc exec` failed (no sh inside, the daemon not answering), or the "
+        "probe did not answer within its deadline.",
+        "The exec's own exit status and output (bounded), or the names the LXC container's probe listed.",
+        (("any", "`lxcfix diagnose --ct CT` lists the inner containers it found (LXF224); an image without "
+                 "/bin/sh cannot be probed this way."),),
+        "A transient daemon error: run it again.",
+        family="nested",
+    ),
+    Code(
+        "LXF224", "info",
+        "the container runs inner containers",
+        "The LXC container runs containers of its own (Docker, Podman or runc). lxcfix's probe of the LXC "
+        "container says nothing about what they can open: each is given devices by its own runtime.",
+        "The probe lists them in the same exec as its node checks: `docker ps` where Docker's socket exists, "
+        "`podman ps` where Podman's runtime dirs exist, `runc list` where /run/runc exists (nothing is "
+        "started or created to ask).",
+        (("any", "`lxcfix diagnose --ct CT --inner NAME` (or `--inner all`, also for `lxcfix scan`) runs the "
+                 "same device checks inside them."),),
+        "None: it is information.",
+        family="nested",
+    ),
+    Code(
         "LXF300", "warning",
         "hybrid/legacy cgroup layout: cgroup2 device rules are ignored",
         "The host mounts cgroup v1 controllers beside (or instead of) the unified hierarchy. LXC then "

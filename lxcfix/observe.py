@@ -164,3 +164,30 @@ def read_live(transport: Transport, cgroup_path: str) -> LiveAllowlist | None:
     return effective_of(read_programs(transport, cgroup_path))
 
 
+
+
+# ---------------------------------------------------------------- one layer deeper, and the rootfs
+
+def probe_inner(enter: Transport, ct: str, probe: ProbeResult, want: str, paths: list[str]) -> tuple:
+    """The probe run inside the inner containers `want` names (lxcfix.nested.select), through
+    the LXC container's own `docker exec`/`podman exec`/`runc exec` (transport.InnerExec): the
+    same argv, cap and deadline as the LXC container's own probe. A name that matches nothing,
+    or a probe that cannot run, is an InnerSeen with its error (LXF223), never an exception."""
+    from .nested import Inner, InnerSeen, listed, select
+    from .transport import InnerExec
+
+    chosen, missing = select(listed(probe.raw), want)
+    seen = []
+    for inner in chosen:
+        try:
+            seen.append(InnerSeen(inner, run_probe(InnerExec(enter, inner), ct, paths)))
+        except ProbeFailed as e:
+            seen.append(InnerSeen(inner, error=str(e)))
+        except Exception as e:  # a bug or a hostile answer: that inner container's finding
+            seen.append(InnerSeen(inner, error=f"{type(e).__name__}: {e}"))
+    names = ", ".join(i.label for i in listed(probe.raw)) or "none"
+    for name in missing:
+        runtime, _, base = name.rpartition(":")
+        seen.append(InnerSeen(Inner(runtime or "?", "-", base),
+                              error=f"no running inner container {name!r} (running: {names})"))
+    return tuple(seen)
