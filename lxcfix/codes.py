@@ -769,7 +769,7 @@ CODES: dict[str, Code] = {c.code: c for c in (
         "cgroup below the LXC container's gives that.",
         (("any", "`--device /dev/X` (which adds the rule as well as the node), or `--device-cgroup-rule "
                  "'c MAJOR:MINOR rwm'` (compose: device_cgroup_rules); OCI: an allow entry in "
-                 "linux.resources.devices. With the NVIDIA runtime in a container: no-cgroups = true "
+                 "linux.resources.devices. With the NVIDIA runtime in a container: no-cgroups = true (LXF230) "
                  "and every node listed."),),
         "A runtime that answers EPERM for other reasons (a seccomp or LSM rule on open): rare for device nodes.",
         family="nested", subject=("device", "numbers"),
@@ -798,6 +798,108 @@ CODES: dict[str, Code] = {c.code: c for c in (
                  "same device checks inside them."),),
         "None: it is information.",
         family="nested",
+    ),
+    Code(
+        "LXF230", "warning",
+        "NVIDIA Container Toolkit in the container: no-cgroups is not set",
+        "The container has the NVIDIA Container Toolkit (its /etc/nvidia-container-runtime/config.toml) and "
+        "lets nvidia-container-cli set up device cgroups itself. Inside an LXC container (unprivileged or "
+        "nested) it cannot attach its own BPF device program: `nvidia-container-cli: initialization error: "
+        "load library failed: bpf_prog_query(BPF_CGROUP_DEVICE) failed: operation not permitted` and no "
+        "inner container gets the GPU.",
+        "The container's config.toml, read from its rootfs (resolved inside it, no symlink followed out, "
+        "bounded): `[nvidia-container-cli]` `no-cgroups` missing or false. Reports: libnvidia-container#154, "
+        "frigate#8652.",
+        (("any", "In the container's /etc/nvidia-container-runtime/config.toml, under `[nvidia-container-cli]`: "
+                 "`no-cgroups = true`. Then list every node for the inner container (`--device /dev/nvidia0 "
+                 "--device /dev/nvidiactl --device /dev/nvidia-uvm --device /dev/nvidia-uvm-tools`, and "
+                 "/dev/nvidia-caps/* for MIG), and let the LXC layer allow those majors, dynamic ones "
+                 "included."),),
+        "A privileged container whose inner containers never use the NVIDIA runtime.",
+        family="rootfs",
+    ),
+    Code(
+        "LXF231", "warning",
+        "NVIDIA Container Toolkit in the container: its mode cannot work",
+        "The toolkit's `[nvidia-container-runtime] mode` is \"cdi\" but the container has no CDI spec "
+        "(/etc/cdi/nvidia.yaml or .json, /var/run/cdi), or it is a mode the toolkit does not know. "
+        "Since toolkit 1.18 CDI is the default; `--gpus` then fails with 'invoking the NVIDIA Container "
+        "Runtime Hook directly ... is not supported' (nvidia-container-toolkit#1456).",
+        "The container's config.toml and /etc/cdi, /var/run/cdi, read from its rootfs.",
+        (("any", "In the container: `nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml` (after its "
+                 "userspace driver matches the host's), or `mode = \"legacy\"`."),),
+        "A spec generated at container start by a service (nvidia-cdi-refresh) that has not run yet.",
+        family="rootfs",
+    ),
+    Code(
+        "LXF232", "error",
+        "CDI spec: generated for another driver than the host's",
+        "The container's CDI spec (/etc/cdi/nvidia.yaml or .json) names the libraries of one driver version "
+        "(libcuda.so.VERSION, libnvidia-ml.so.VERSION) and the host runs another: the spec was generated "
+        "before a host driver upgrade, and an inner container given the GPU through it gets paths that are "
+        "not there. As info: the spec matches the host now, and the next driver upgrade makes it stale "
+        "(`lxcfix audit --for driver-upgrade` says so).",
+        "The spec's library file names, read from the container's rootfs, against /proc/driver/nvidia/version "
+        "on the host.",
+        (("any", "In the container, after its userspace driver matches the host's: `nvidia-ctk cdi generate "
+                 "--output=/etc/cdi/nvidia.yaml`; after every host driver upgrade again."),),
+        "A spec that is regenerated at every container start (nvidia-cdi-refresh) before anything uses it.",
+        family="rootfs", severities=("info",), audit="cdi_spec", predicts=("driver-upgrade",),
+    ),
+    Code(
+        "LXF233", "error",
+        "Docker's daemon.json: a runtime that is not there",
+        "The container's /etc/docker/daemon.json is not one JSON object (dockerd refuses to start), names a "
+        "runtime whose binary is not installed in the container (the NVIDIA runtime after the toolkit was "
+        "removed), or a default-runtime that is not among its runtimes: every `docker run` fails.",
+        "daemon.json read from the container's rootfs (bounded, parsed whole); each runtime's path looked "
+        "up inside the rootfs (an absolute path, or a bare name on dockerd's PATH).",
+        (("any", "Install the runtime in the container (`nvidia-container-toolkit` for "
+                 "nvidia-container-runtime), or remove it (and default-runtime) from daemon.json."),),
+        "A runtime binary in a directory lxcfix does not look in (/opt/...), named by a bare name on a PATH "
+        "of dockerd's own.",
+        family="rootfs",
+    ),
+    Code(
+        "LXF234", "warning",
+        "a container engine without the features it needs",
+        "Docker or Podman is installed in a Proxmox container whose `features:` lack `nesting=1` (and, "
+        "in an unprivileged container, `keyctl=1`): its containers fail to start (mounting proc and sys "
+        "is refused by the AppArmor profile; runc's keyring calls fail).",
+        "The container's rootfs has dockerd, podman or containerd; its config's `features:` line.",
+        (("any", "`features: nesting=1` (unprivileged: `features: keyctl=1,nesting=1`), then restart; "
+                 "`pct set CT --features nesting=1,keyctl=1`. Only root@pam may set keyctl. lxcfix plan "
+                 "makes the line."),),
+        "An engine that is installed but never run.",
+        family="rootfs",
+    ),
+    Code(
+        "LXF235", "warning",
+        "the container's render/video gid differs from the host node's",
+        "A stopped container is given a render or video node, and its own /etc/group has that group "
+        "with another gid than the node's on the host (Ubuntu 24.04 templates: render 993, video 44; "
+        "26.04: 991; the host's render is often 104). Inside, the node's group is not the container's "
+        "render group, so its members (jellyfin, plex) get no group access.",
+        "The container's /etc/group read from its rootfs (a running container's from the probe: LXF114, "
+        "LXF204); the node's gid from the host.",
+        (("devn", "`devN: /dev/dri/renderD128,gid=993` with the container's gid (Proxmox creates the node with "
+                  "it)."),
+         ("any", "Or map the host group in with lxc.idmap; `lxcfix plan --ct CT` uses the container's gid.")),
+        "The application's user is in the host gid's group inside as well.",
+        family="rootfs", subject=("device",),
+    ),
+    Code(
+        "LXF236", "info",
+        "the container's own files were not read",
+        "lxcfix's static checks of the container's files (NVIDIA toolkit config, CDI spec, daemon.json, "
+        "features, /etc/group) need its rootfs: a stopped Proxmox container's storage is usually not mounted "
+        "on the host, and lxcfix says so instead of guessing; or some files could not be read (too large, "
+        "not a regular file, permission).",
+        "A running container's root is /proc/<init pid>/root; a stopped one's is its rootfs directory on the "
+        "host (LXC's dir: rootfs, or /var/lib/lxc/VMID/rootfs after `pct mount VMID`).",
+        (("any", "Start the container, or `pct mount VMID` (then `pct unmount VMID`), and scan again."),),
+        "None: it says what was not checked.",
+        family="rootfs",
     ),
     Code(
         "LXF300", "warning",

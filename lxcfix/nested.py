@@ -187,7 +187,7 @@ def classify_inner(ct: str, host: str, seen: InnerSeen, outer: ProbeResult | Non
                 fix=Fix(f"let the inner runtime allow it: --device {path} (which adds the rule), or "
                         f"--device-cgroup-rule '{kind} {major}:{minor} rwm' (compose: device_cgroup_rules); "
                         f"OCI: linux.resources.devices; the NVIDIA runtime in a nested container: "
-                        "no-cgroups = true with every node listed")))
+                        "no-cgroups = true (LXF230) with every node listed")))
     return found
 
 

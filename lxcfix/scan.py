@@ -62,6 +62,7 @@ def analyze_container(facts: HostFacts, loaded: gather.Loaded, loader, style: st
     extra: list[Finding] = []
     if enter is not None:
         ctx, status, extra = look_inside(ctx, enter, loaded.ct, facts.host)
+        ctx = with_rootfs(ctx, enter, loaded.ct, status)
     try:
         plan, planned = make_plan_in(ctx, style)
         findings = plan.findings
@@ -115,6 +116,29 @@ def look_inside(ctx: Context, enter: Enter, ct: str, host: str) -> tuple[Context
             return ctx, status, [codes.make("LXF223", ct, f"cannot look inside CT {ct}'s containers: {_why(e)}",
                                             host=host)]
     return ctx, status, []
+
+
+def with_rootfs(ctx: Context, enter: Enter, ct: str, status: str | None) -> Context:
+    """The container's own files for the static checks (rules.rootfs), read on this machine only
+    (observe.read_rootfs: in this process, nothing followed out of the root); a remote host's are
+    not read (a command per container would break the scan's one round trip)."""
+    if status is None or not on_this_machine(enter.transport):
+        return ctx
+    from .observe import read_rootfs
+
+    try:
+        seen = read_rootfs(enter.transport, enter.backend, ct, ctx.config, status == "running")
+    except Exception:
+        return ctx
+    return replace(ctx, rootfs=seen)
+
+
+def on_this_machine(t: Transport) -> bool:
+    """The machine lxcfix runs on itself (not a snapshot, whose paths map into a directory)."""
+    try:
+        return bool(t.local) and t.local_path("/proc/1/root") == "/proc/1/root"
+    except OSError:
+        return False
 
 
 def _why(e: Exception) -> str:

@@ -40,6 +40,8 @@ class Context:
     asks: frozenset = frozenset()
     # One layer deeper (lxcfix.nested): what the probe saw inside the inner containers asked for.
     inner: tuple = ()  # nested.InnerSeen, ...
+    # Files read from the container's own rootfs (lxcfix.rootfs.Rootfs), or None when not read.
+    rootfs: object | None = None
 
     @functools.cached_property
     def style(self) -> tuple[str, str]:
@@ -89,9 +91,9 @@ class Context:
         return make(code, self.ct, message, host=self.host, **kw)
 
 
-from . import access, allowlist, drift, host, hygiene, inert, live, nested, probe, tenant  # noqa: E402
+from . import access, allowlist, drift, host, hygiene, inert, live, nested, probe, rootfs, tenant  # noqa: E402
 
-RULES = (host, allowlist, hygiene, access, tenant, inert, drift, live, probe, nested)
+RULES = (host, allowlist, hygiene, access, tenant, inert, drift, live, probe, nested, rootfs)
 
 
 def run_rules(ctx: Context, rules=RULES) -> list[Finding]:

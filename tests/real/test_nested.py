@@ -159,3 +159,20 @@ def test_both_layers_given_the_device_the_inner_open_works(nested, env):
     found = by_code(diagnose_inner(env, c, "nosuch"))
     (missing,) = found["LXF223"]
     assert "runc:inner1" in missing["message"]
+
+
+def test_the_rootfs_reader_follows_no_symlink_out_of_the_container(container_factory, env):
+    """A tenant's absolute symlink is resolved inside the container's root, never on the host:
+    config.toml -> /etc/passwd reads the container's two-line passwd (LXF230 quotes its lines)."""
+    c = container_factory()
+    etc = os.path.join(c.rootfs, "etc", "nvidia-container-runtime")
+    os.makedirs(etc)
+    os.symlink("/../../../../etc/passwd", os.path.join(etc, "config.toml"))
+    os.makedirs(os.path.join(c.rootfs, "etc", "docker"))
+    os.symlink("../../../../../../etc/shadow", os.path.join(c.rootfs, "etc", "docker", "daemon.json"))
+    r = lxcfix(env, "diagnose", "--ct", c.name, "--json")
+    (ct,) = json.loads(r.stdout)["containers"]
+    found = by_code(ct["findings"])
+    evidence = " ".join(found["LXF230"][0]["evidence"])
+    assert "nobody:x:65534" in evidence and "daemon:x:1:1" not in evidence
+    assert "LXF233" not in found  # the container has no /etc/shadow: nothing read
