@@ -175,7 +175,8 @@ def classify_inner(ct: str, host: str, seen: InnerSeen, outer: ProbeResult | Non
                 "LXF221", ct, f"{where}: {path} is absent: the inner container is not given it "
                 f"(CT {ct} {'has it' if at_lxc is not None and outer.nodes[path].exists else 'is given it'} as {dev})", host=host, device=path,
                 numbers=numbers, evidence=(f"{where}: stat {path}: {node.open}", lxc_state),
-                fix=Fix(f"give {path} to the inner container and recreate it: " + "; or ".join(lines),
+                fix=Fix(f"give {path} to the inner container and recreate it: "
+                        + (" and " if inner.runtime == "runc" else "; or ").join(lines),
                         notes=lines)))
         elif node.exists and node.open == "EPERM" and at_lxc:
             found.append(make(
@@ -196,6 +197,6 @@ def listed_finding(ct: str, host: str, inner: tuple[Inner, ...], probed: bool) -
     if not inner:
         return []
     names = ", ".join(i.label for i in inner[:20]) + (f" and {len(inner) - 20} more" if len(inner) > 20 else "")
-    how = "looked inside" if probed else f"check them: lxcfix diagnose --ct {ct} --inner all"
+    how = "the ones asked for (--inner) were probed inside too" if probed else f"check them: lxcfix diagnose --ct {ct} --inner all"
     return [make("LXF224", ct, f"CT {ct} runs {len(inner)} inner container(s): {names}", host=host,
                  evidence=(how,))]
