@@ -335,6 +335,8 @@ def scan(
     if inventory is not None:
         if root is not None:
             raise BadInput("--inventory and --root: one or the other")
+        if inner is not None:
+            raise BadInput("--inner probes the inner containers of one host's containers: not with --inventory")
         hosts = _fleet(FleetRequest(inventory, tuple(host or ()), tuple(ct or ()), not no_probe, style, concurrency,
                                     known_hosts, accept_new, ssh_config), show_progress=fmt == "table")
     else:
@@ -529,6 +531,8 @@ def audit(
     if inventory is not None:
         if root is not None:
             raise BadInput("--inventory and --root: one or the other")
+        if inner is not None:
+            raise BadInput("--inner probes the inner containers of one host's containers: not with --inventory")
         reps = _fleet(FleetRequest(inventory, tuple(host or ()), (), not no_probe, "auto", concurrency,
                                    known_hosts, accept_new, ssh_config, keep_context=True,
                                    upgrade=for_ in audit_mod.UPGRADE_FACTS),

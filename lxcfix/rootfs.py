@@ -32,8 +32,10 @@ DAEMON = "/etc/docker/daemon.json"
 GROUP = "/etc/group"
 FILES = (TOOLKIT, *CDI_SPECS, DAEMON, GROUP)
 # A container engine installed: Docker needs `features: nesting=1` (and keyctl=1 unprivileged).
+# runc and crun alone are not: every Docker/Podman install has one, and a bare OCI runtime is a
+# tool (this project's real tier runs runc in containers without Proxmox's features).
 ENGINES = ("/usr/bin/dockerd", "/usr/sbin/dockerd", "/usr/local/bin/dockerd", "/usr/bin/podman",
-           "/usr/local/bin/podman", "/usr/bin/containerd", "/usr/sbin/runc", "/usr/bin/runc", "/usr/bin/crun")
+           "/usr/local/bin/podman", "/usr/bin/containerd", "/usr/local/bin/containerd")
 # Where Docker looks for a runtime named by a bare word (PATH of dockerd).
 RUNTIME_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 

@@ -331,14 +331,17 @@ fi
 
 # Containers this container runs itself (Docker, Podman, runc): only where a daemon's socket or a
 # runtime's state dir says some may run, so nothing is created (lxcfix.nested.listed reads it).
+# Each at most 5 s: a daemon that does not answer must not eat the probe's whole deadline.
+TI=
+timeout 5 true 2>/dev/null && TI="timeout 5"
 if { [ -S /run/docker.sock ] || [ -S /var/run/docker.sock ]; } && have docker; then
-    $T docker ps --no-trunc --format 'inner docker {{.ID}} {{.Names}}' </dev/null 2>/dev/null
+    $TI docker ps --no-trunc --format 'inner docker {{.ID}} {{.Names}}' </dev/null 2>/dev/null
 fi
 if { [ -d /run/libpod ] || [ -d /run/containers/storage ]; } && have podman; then
-    $T podman ps --no-trunc --format 'inner podman {{.ID}} {{.Names}}' </dev/null 2>/dev/null
+    $TI podman ps --no-trunc --format 'inner podman {{.ID}} {{.Names}}' </dev/null 2>/dev/null
 fi
 if [ -d /run/runc ] && have runc; then
-    $T runc --root /run/runc list -q </dev/null 2>/dev/null | while read -r id; do echo "inner runc - $id"; done
+    $TI runc --root /run/runc list -q </dev/null 2>/dev/null | while read -r id; do echo "inner runc - $id"; done
 fi
 
 echo end

@@ -129,6 +129,7 @@ def test_docker_without_nesting_gets_the_features_line_and_the_plan_makes_it():
     assert b"features: fuse=1,nesting=1\n" in plan.after and b"features: fuse=1\n" not in plan.after
     assert rule.check(ctx_with("arch: amd64\nfeatures: nesting=1\n", present=DOCKER)) == []
     assert rule.check(ctx_with("lxc.arch = amd64\n", flavor="lxc", present=DOCKER)) == []  # Proxmox's key only
+    assert rf.ENGINES and not any(p.endswith(("/runc", "/crun")) for p in rf.ENGINES)  # a bare OCI runtime is a tool
 
 
 def test_a_stopped_containers_render_gid_from_its_own_group_file():
