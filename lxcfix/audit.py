@@ -362,6 +362,16 @@ class _Ct:
         return self.item(f, "will", why, fix=Fix(f.fix.title if f.fix else "install the matching userspace",
                                                  commands=fixes.userspace_commands(self.c.ct, flavor, version)))
 
+    def cdi_spec(self, f: Finding) -> AuditItem | None:
+        """LXF232: a stale CDI spec is broken now; a current one goes stale at a driver upgrade."""
+        if f.severity != "info":
+            return self.item(f, "will", f"broken now, and after the {self._event}: {f.message}")
+        if self.for_ != "driver-upgrade":
+            return None
+        new = self.occasion.new_driver or "the new driver"
+        return self.item(f, "will", f"{f.message.split(': the next', 1)[0]}; after the upgrade to {new} it names "
+                                    "libraries that are gone: regenerate it in the container then")
+
     def cgroup_layout(self, f: Finding) -> AuditItem:
         return self.item(f, "will", f"{f.message}; the {self._event} does not change that", kind="manual")
 

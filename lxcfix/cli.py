@@ -226,6 +226,10 @@ def _confirm(question: str) -> None:
 RootOpt = typer.Option(None, "--root", metavar="DIR", help="Read a host snapshot laid out like the host's root.")
 HostOpt = typer.Option(None, "--host", metavar="HOST", help="Host to work on (default: this one).")
 CtOpt = typer.Option(..., "--ct", metavar="ID", help="Container: Proxmox vmid or LXC name.")
+InnerOpt = typer.Option(
+    None, "--inner", metavar="NAME",
+    help="Also probe the containers a running container runs (Docker, Podman, runc): all, or names "
+         "(RUNTIME:NAME allowed), comma-separated.")
 StyleOpt = typer.Option("auto", "--style", metavar="STYLE", help="Fix style: auto, devn, path or numeric.")
 InventoryOpt = typer.Option(None, "--inventory", metavar="FILE",
                             help="Inventory of hosts: Ansible YAML, or `ansible-inventory --list` JSON ('-': stdin).")
@@ -322,6 +326,7 @@ def scan(
     ssh_config: Optional[str] = SshConfigOpt,
     style: str = StyleOpt,
     verbose: bool = VerboseOpt,
+    inner: Optional[str] = InnerOpt,
 ) -> Scanned:
     """Diagnose every container on a host, snapshot or inventory of hosts, and show what to fix."""
     if fmt not in ("table", "json", "prometheus"):
@@ -330,11 +335,13 @@ def scan(
     if inventory is not None:
         if root is not None:
             raise BadInput("--inventory and --root: one or the other")
+        if inner is not None:
+            raise BadInput("--inner probes the inner containers of one host's containers: not with --inventory")
         hosts = _fleet(FleetRequest(inventory, tuple(host or ()), tuple(ct or ()), not no_probe, style, concurrency,
                                     known_hosts, accept_new, ssh_config), show_progress=fmt == "table")
     else:
         target = repair.open_target(root, host)
-        hosts = [repair.scan(target, ct, style, probe=not no_probe)]
+        hosts = [repair.scan(target, ct, style, probe=not no_probe, inner=inner)]
     if fmt == "json":
         _json(report.document("scan", hosts))
     elif fmt == "prometheus":
@@ -377,16 +384,17 @@ def scan(
              epilog=examples(
                  "lxcfix diagnose --ct 200", "causes, proof from inside, the one command that fixes them",
                  "lxcfix diagnose --ct 200 -v", "every finding with its evidence",
-                 "lxcfix diagnose --root examples/pve-gpu-host --ct 200 --json", "every finding, with its cause id"))
+                 "lxcfix diagnose --ct 200 --inner frigate", "the same checks inside its Docker container frigate"))
 def diagnose(
     ct: str = CtOpt, host: Optional[List[str]] = HostOpt, root: Optional[str] = RootOpt,
     as_json: bool = typer.Option(False, "--json", help="One JSON document on stdout."),
     verbose: bool = VerboseOpt,
+    inner: Optional[str] = InnerOpt,
 ) -> Scanned:
     """One container in depth: each cause, the proof (probed inside when it runs), the fix, then the findings
     it explains."""
     target = repair.open_target(root, host)
-    rep, c = repair.one(target, ct, probe=True)
+    rep, c = repair.one(target, ct, probe=True, inner=inner)
     one = HostReport(rep.host, rep.backend, rep.facts, (c,))
     if as_json:
         _json(report.document("diagnose", [one]))
@@ -523,6 +531,8 @@ def audit(
     if inventory is not None:
         if root is not None:
             raise BadInput("--inventory and --root: one or the other")
+        if inner is not None:
+            raise BadInput("--inner probes the inner containers of one host's containers: not with --inventory")
         reps = _fleet(FleetRequest(inventory, tuple(host or ()), (), not no_probe, "auto", concurrency,
                                    known_hosts, accept_new, ssh_config, keep_context=True,
                                    upgrade=for_ in audit_mod.UPGRADE_FACTS),

@@ -791,6 +791,182 @@ CODES: dict[str, Code] = {c.code: c for c in (
         family="probe", predicts=ALL, audit="driver_mismatch",
     ),
     Code(
+        "LXF220", "error",
+        "inner container: the LXC layer's allowlist denies the device",
+        "A container that the LXC container runs itself (Docker, Podman, runc) cannot open a node because the "
+        "LXC container's own cgroup device policy denies it: open() gives EPERM both in the LXC container and "
+        "in the inner one. Whatever the inner container is given (--device, a compose devices: line, an OCI "
+        "linux.devices entry), the layer above decides first.",
+        "The probe lists the inner containers (docker ps, podman ps, runc list inside the LXC container) and, "
+        "with `--inner NAME` (or all), runs the same node checks inside one through the container's own "
+        "`docker exec`/`podman exec`/`runc exec` (argv only, the probe's cap and deadline). The LXC layer's "
+        "probe of the same path gives EPERM too. Measured on this project's machines: runc 1.1.5 inside a "
+        "privileged LXC 5.0.2 container, /dev/net/tun (10:200) in the inner container's linux.devices: EPERM "
+        "until the LXC config allows c 10:200 rwm.",
+        (("any", "Fix the LXC layer first: the LXF100/LXF200 finding for the same node carries the allow "
+                 "rule (`lxcfix plan --ct CT`); then the inner container sees what it is given."),),
+        "None known: EPERM in both layers is the LXC layer's policy.",
+        family="nested", subject=("device", "numbers"), kind="cgroup-denies", node=True,
+    ),
+    Code(
+        "LXF221", "error",
+        "inner container: not given the device",
+        "The LXC container has the node, but the container it runs (Docker, Podman, runc) does not: the node "
+        "is absent there. An inner container sees only the nodes its runtime creates for it: `docker run "
+        "--device`, a compose `devices:` line, an OCI config's `linux.devices`.",
+        "The inner probe (`lxcfix diagnose --ct CT --inner NAME`) finds no node at the path the LXC "
+        "container's own probe opens (or is given). Measured: runc 1.1.5 in LXC 5.0.2, a config.json without "
+        "/dev/net/tun in linux.devices: ENOENT inside, while the LXC container opens it.",
+        (("any", "Recreate the inner container with the node: `docker run --device /dev/net/tun:/dev/net/tun "
+                 "...`, compose `devices: [\"/dev/net/tun:/dev/net/tun\"]`, or for runc an entry in "
+                 "config.json's linux.devices and an allow rule in linux.resources.devices. For NVIDIA, every "
+                 "node (/dev/nvidia0, nvidiactl, nvidia-uvm, nvidia-uvm-tools, nvidia-caps) or CDI."),),
+        "The application does not need that node (then nothing is wrong).",
+        family="nested", subject=("device", "numbers"),
+    ),
+    Code(
+        "LXF222", "error",
+        "inner container: its runtime's device cgroup denies the device",
+        "The node is there inside the inner container (a bind mount or volume of /dev) and opens in the LXC "
+        "container, but open() in the inner container gives EPERM: the inner runtime's own device rules "
+        "(Docker's default list, an OCI linux.resources.devices) do not allow it.",
+        "EPERM from the inner probe while the LXC layer's probe of the same node succeeds: only a device "
+        "cgroup below the LXC container's gives that.",
+        (("any", "`--device /dev/X` (which adds the rule as well as the node), or `--device-cgroup-rule "
+                 "'c MAJOR:MINOR rwm'` (compose: device_cgroup_rules); OCI: an allow entry in "
+                 "linux.resources.devices. With the NVIDIA runtime in a container: no-cgroups = true (LXF230) "
+                 "and every node listed."),),
+        "A runtime that answers EPERM for other reasons (a seccomp or LSM rule on open): rare for device nodes.",
+        family="nested", subject=("device", "numbers"),
+    ),
+    Code(
+        "LXF223", "warning",
+        "inner container: cannot be probed",
+        "An inner container asked for with `--inner` could not be probed: no running inner container of that "
+        "name, `docker exec`/`podman exec`/`runc exec` failed (no sh inside, the daemon not answering), or the "
+        "probe did not answer within its deadline.",
+        "The exec's own exit status and output (bounded), or the names the LXC container's probe listed.",
+        (("any", "`lxcfix diagnose --ct CT` lists the inner containers it found (LXF224); an image without "
+                 "/bin/sh cannot be probed this way."),),
+        "A transient daemon error: run it again.",
+        family="nested",
+    ),
+    Code(
+        "LXF224", "info",
+        "the container runs inner containers",
+        "The LXC container runs containers of its own (Docker, Podman or runc). lxcfix's probe of the LXC "
+        "container says nothing about what they can open: each is given devices by its own runtime.",
+        "The probe lists them in the same exec as its node checks: `docker ps` where Docker's socket exists, "
+        "`podman ps` where Podman's runtime dirs exist, `runc list` where /run/runc exists (nothing is "
+        "started or created to ask).",
+        (("any", "`lxcfix diagnose --ct CT --inner NAME` (or `--inner all`, also for `lxcfix scan`) runs the "
+                 "same device checks inside them."),),
+        "None: it is information.",
+        family="nested",
+    ),
+    Code(
+        "LXF230", "warning",
+        "NVIDIA Container Toolkit in the container: no-cgroups is not set",
+        "The container has the NVIDIA Container Toolkit (its /etc/nvidia-container-runtime/config.toml) and "
+        "lets nvidia-container-cli set up device cgroups itself. Inside an LXC container (unprivileged or "
+        "nested) it cannot attach its own BPF device program: `nvidia-container-cli: initialization error: "
+        "load library failed: bpf_prog_query(BPF_CGROUP_DEVICE) failed: operation not permitted` and no "
+        "inner container gets the GPU.",
+        "The container's config.toml, read from its rootfs (resolved inside it, no symlink followed out, "
+        "bounded): `[nvidia-container-cli]` `no-cgroups` missing or false. Reports: libnvidia-container#154, "
+        "frigate#8652.",
+        (("any", "In the container's /etc/nvidia-container-runtime/config.toml, under `[nvidia-container-cli]`: "
+                 "`no-cgroups = true`. Then list every node for the inner container (`--device /dev/nvidia0 "
+                 "--device /dev/nvidiactl --device /dev/nvidia-uvm --device /dev/nvidia-uvm-tools`, and "
+                 "/dev/nvidia-caps/* for MIG), and let the LXC layer allow those majors, dynamic ones "
+                 "included."),),
+        "A privileged container whose inner containers never use the NVIDIA runtime.",
+        family="rootfs",
+    ),
+    Code(
+        "LXF231", "warning",
+        "NVIDIA Container Toolkit in the container: its mode cannot work",
+        "The toolkit's `[nvidia-container-runtime] mode` is \"cdi\" but the container has no CDI spec "
+        "(/etc/cdi/nvidia.yaml or .json, /var/run/cdi), or it is a mode the toolkit does not know. "
+        "Since toolkit 1.18 CDI is the default; `--gpus` then fails with 'invoking the NVIDIA Container "
+        "Runtime Hook directly ... is not supported' (nvidia-container-toolkit#1456).",
+        "The container's config.toml and /etc/cdi, /var/run/cdi, read from its rootfs.",
+        (("any", "In the container: `nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml` (after its "
+                 "userspace driver matches the host's), or `mode = \"legacy\"`."),),
+        "A spec generated at container start by a service (nvidia-cdi-refresh) that has not run yet.",
+        family="rootfs",
+    ),
+    Code(
+        "LXF232", "error",
+        "CDI spec: generated for another driver than the host's",
+        "The container's CDI spec (/etc/cdi/nvidia.yaml or .json) names the libraries of one driver version "
+        "(libcuda.so.VERSION, libnvidia-ml.so.VERSION) and the host runs another: the spec was generated "
+        "before a host driver upgrade, and an inner container given the GPU through it gets paths that are "
+        "not there. As info: the spec matches the host now, and the next driver upgrade makes it stale "
+        "(`lxcfix audit --for driver-upgrade` says so).",
+        "The spec's library file names, read from the container's rootfs, against /proc/driver/nvidia/version "
+        "on the host.",
+        (("any", "In the container, after its userspace driver matches the host's: `nvidia-ctk cdi generate "
+                 "--output=/etc/cdi/nvidia.yaml`; after every host driver upgrade again."),),
+        "A spec that is regenerated at every container start (nvidia-cdi-refresh) before anything uses it.",
+        family="rootfs", severities=("info",), audit="cdi_spec", predicts=("driver-upgrade",),
+    ),
+    Code(
+        "LXF233", "error",
+        "Docker's daemon.json: a runtime that is not there",
+        "The container's /etc/docker/daemon.json is not one JSON object (dockerd refuses to start), names a "
+        "runtime whose binary is not installed in the container (the NVIDIA runtime after the toolkit was "
+        "removed), or a default-runtime that is not among its runtimes: every `docker run` fails.",
+        "daemon.json read from the container's rootfs (bounded, parsed whole); each runtime's path looked "
+        "up inside the rootfs (an absolute path, or a bare name on dockerd's PATH).",
+        (("any", "Install the runtime in the container (`nvidia-container-toolkit` for "
+                 "nvidia-container-runtime), or remove it (and default-runtime) from daemon.json."),),
+        "A runtime binary in a directory lxcfix does not look in (/opt/...), named by a bare name on a PATH "
+        "of dockerd's own.",
+        family="rootfs",
+    ),
+    Code(
+        "LXF234", "warning",
+        "a container engine without the features it needs",
+        "Docker or Podman is installed in a Proxmox container whose `features:` lack `nesting=1` (and, "
+        "in an unprivileged container, `keyctl=1`): its containers fail to start (mounting proc and sys "
+        "is refused by the AppArmor profile; runc's keyring calls fail).",
+        "The container's rootfs has dockerd, podman or containerd; its config's `features:` line.",
+        (("any", "`features: nesting=1` (unprivileged: `features: keyctl=1,nesting=1`), then restart; "
+                 "`pct set CT --features nesting=1,keyctl=1`. Only root@pam may set keyctl. lxcfix plan "
+                 "makes the line."),),
+        "An engine that is installed but never run.",
+        family="rootfs",
+    ),
+    Code(
+        "LXF235", "warning",
+        "the container's render/video gid differs from the host node's",
+        "A stopped container is given a render or video node, and its own /etc/group has that group "
+        "with another gid than the node's on the host (Ubuntu 24.04 templates: render 993, video 44; "
+        "26.04: 991; the host's render is often 104). Inside, the node's group is not the container's "
+        "render group, so its members (jellyfin, plex) get no group access.",
+        "The container's /etc/group read from its rootfs (a running container's from the probe: LXF114, "
+        "LXF204); the node's gid from the host.",
+        (("devn", "`devN: /dev/dri/renderD128,gid=993` with the container's gid (Proxmox creates the node with "
+                  "it)."),
+         ("any", "Or map the host group in with lxc.idmap; `lxcfix plan --ct CT` uses the container's gid.")),
+        "The application's user is in the host gid's group inside as well.",
+        family="rootfs", subject=("device",),
+    ),
+    Code(
+        "LXF236", "info",
+        "the container's own files were not read",
+        "lxcfix's static checks of the container's files (NVIDIA toolkit config, CDI spec, daemon.json, "
+        "features, /etc/group) need its rootfs: a stopped Proxmox container's storage is usually not mounted "
+        "on the host, and lxcfix says so instead of guessing; or some files could not be read (too large, "
+        "not a regular file, permission).",
+        "A running container's root is /proc/<init pid>/root; a stopped one's is its rootfs directory on the "
+        "host (LXC's dir: rootfs, or /var/lib/lxc/VMID/rootfs after `pct mount VMID`).",
+        (("any", "Start the container, or `pct mount VMID` (then `pct unmount VMID`), and scan again."),),
+        "None: it says what was not checked.",
+        family="rootfs",
+    ),
+    Code(
         "LXF300", "warning",
         "hybrid/legacy cgroup layout: cgroup2 device rules are ignored",
         "The host mounts cgroup v1 controllers beside (or instead of) the unified hierarchy. LXC then "

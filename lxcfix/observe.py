@@ -178,3 +178,89 @@ def read_live(transport: Transport, cgroup_path: str) -> LiveAllowlist | None:
     return effective_of(read_programs(transport, cgroup_path))
 
 
+
+
+# ---------------------------------------------------------------- one layer deeper, and the rootfs
+
+def probe_inner(enter: Transport, ct: str, probe: ProbeResult, want: str, paths: list[str]) -> tuple:
+    """The probe run inside the inner containers `want` names (lxcfix.nested.select), through
+    the LXC container's own `docker exec`/`podman exec`/`runc exec` (transport.InnerExec): the
+    same argv, cap and deadline as the LXC container's own probe. A name that matches nothing,
+    or a probe that cannot run, is an InnerSeen with its error (LXF223), never an exception."""
+    from .nested import Inner, InnerSeen, listed, select
+    from .transport import InnerExec
+
+    chosen, missing = select(listed(probe.raw), want)
+    seen = []
+    for inner in chosen:
+        try:
+            seen.append(InnerSeen(inner, run_probe(InnerExec(enter, inner), ct, paths)))
+        except ProbeFailed as e:
+            seen.append(InnerSeen(inner, error=str(e)))
+        except Exception as e:  # a bug or a hostile answer: that inner container's finding
+            seen.append(InnerSeen(inner, error=f"{type(e).__name__}: {e}"))
+    names = ", ".join(i.label for i in listed(probe.raw)) or "none"
+    for name in missing:
+        runtime, _, base = name.rpartition(":")
+        seen.append(InnerSeen(Inner(runtime or "?", "-", base),
+                              error=f"no running inner container {name!r} (running: {names})"))
+    return tuple(seen)
+
+
+def rootfs_root(t: Transport, backend, ct: str, config, running: bool) -> tuple[str | None, str]:
+    """(the directory on the host that is the container's /, why not). A running container's is
+    /proc/<init pid>/root; a stopped one's only where it is a plain directory on the host (LXC's
+    dir: rootfs, or a Proxmox container mounted with `pct mount`)."""
+    if running:
+        pid = backend.init_pid(t, ct)
+        return (f"/proc/{pid}/root", "") if pid is not None else (None, f"CT {ct} runs, but its init's pid is unknown")
+    if backend.name == "pve":
+        return f"/var/lib/lxc/{ct}/rootfs", ""
+    value = (config.get("lxc.rootfs.path") or config.get("lxc.rootfs") or "").strip()
+    if value.startswith("dir:"):
+        value = value[4:]
+    if not value.startswith("/") or ":" in value:
+        return None, (f"CT {ct} is stopped and its rootfs ({probe_mod.excerpt(value or 'none', 80)}) is not a "
+                      "directory on the host")
+    return value, ""
+
+
+def read_rootfs(t: Transport, backend, ct: str, config, running: bool):
+    """The files lxcfix's static checks read (rootfs.FILES) and whether a container engine is
+    installed (rootfs.ENGINES), read inside the container's root (rootfs.READER: no symlink
+    followed out of it, regular files only, bounded). Never raises."""
+    from . import rootfs
+
+    root, why = rootfs_root(t, backend, ct, config, running)
+    if root is None:
+        return rootfs.Rootfs("not-mounted" if not running else "unreadable", why=why)
+    daemon = None
+    files, exists = list(rootfs.FILES), [*rootfs.ENGINES, "/etc/passwd", "/etc/os-release"]
+    for attempt in range(2):  # a second round for the runtimes daemon.json names
+        try:
+            if t.local:
+                namespace: dict = {"__name__": "lxcfix_rootfs_reader"}
+                exec(compile(rootfs.READER, "<lxcfix rootfs reader>", "exec"), namespace)
+                text = "\n".join(namespace["report"](root, rootfs.FILE_MAX, files, exists))
+            else:
+                r = t.run(["python3", "-c", rootfs.READER, root, str(rootfs.FILE_MAX), str(len(files)),
+                           *files, *exists], timeout=30, max_output=8 * rootfs.FILE_MAX * 2)
+                if not r.ok:
+                    return rootfs.Rootfs("unreadable", root, why=f"the reader failed (exit {r.rc}): "
+                                         f"{probe_mod.excerpt(r.tail(), 200)}")
+                text = r.stdout
+        except Exception as e:
+            return rootfs.Rootfs("unreadable", root, why=f"{type(e).__name__}: {probe_mod.excerpt(str(e), 200)}")
+        seen = rootfs.parse_reader(root, text, files, exists)
+        if seen.state != "read" or attempt or rootfs.DAEMON not in seen.files:
+            break
+        daemon = rootfs.daemon_runtimes(seen.files[rootfs.DAEMON])
+        extra = [p for path in daemon.runtimes.values() for p in rootfs.runtime_paths(path)][:64]
+        if not extra:
+            break
+        exists += extra
+    if not running and seen.state == "read" and not ({"/etc/passwd", "/etc/os-release"} & seen.present):
+        return rootfs.Rootfs("not-mounted", root, why=(
+            f"CT {ct} is stopped and its rootfs is not mounted on the host ({root} holds no /etc/passwd)"
+            + (f"; `pct mount {ct}` mounts it there" if backend.name == "pve" else "")))
+    return seen

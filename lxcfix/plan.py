@@ -26,13 +26,13 @@ from __future__ import annotations
 
 from . import ctconfig
 from .model import Finding, Fix, HostFile, HostFacts, Plan
-from .rules import Context, access, allowlist, hygiene, run_rules
+from .rules import Context, access, allowlist, hygiene, rootfs, run_rules
 
 ALLOW = "lxc.cgroup2.devices.allow"
 MAX_ROUNDS = 8  # phase 0, phase 1, and room for fixes that uncover another or wait for an overlapping one
 # The rule families whose fixes the plan applies: the only ones a re-check needs
 # (what the probe saw, the lock, the live program: none of them the plan's to fix).
-FIXING = (allowlist, hygiene, access)
+FIXING = (allowlist, hygiene, access, rootfs)  # rootfs: the features: line (LXF234)
 
 
 class PlanUnstable(RuntimeError):

@@ -78,8 +78,16 @@ def check_cts(target: Target, cts: list[str] | None, listed: dict) -> list[str]:
 
 
 def scan(target: Target, cts: list[str] | None, style: str = "auto", probe: bool = False,
-         facts: HostFacts | None = None, keep_context: bool = False, upgrade: bool = False) -> HostReport:
-    """upgrade: also the facts only a kernel upgrade needs (gather.UPGRADE_ONLY)."""
+         facts: HostFacts | None = None, keep_context: bool = False, upgrade: bool = False,
+         inner: str | None = None) -> HostReport:
+    """upgrade: also the facts only a kernel upgrade needs (gather.UPGRADE_ONLY). inner: the
+    containers the probed containers run to probe too (`--inner`: all, or names)."""
+    if inner is not None:
+        from .nested import valid_want
+
+        if not valid_want(inner):
+            raise BadInput(f"--inner {inner!r}: use all, or inner container names (RUNTIME:NAME allowed), "
+                           "comma-separated")
     if style not in STYLES:
         raise BadInput(f"unknown --style {style!r}: use one of {', '.join(STYLES)}")
     listed = target.backend.list(target.transport)
@@ -89,7 +97,7 @@ def scan(target: Target, cts: list[str] | None, style: str = "auto", probe: bool
 
         facts = host_facts(target.transport, target.backend, upgrade=True)
     rep = scan_host(target.transport, target.backend, wanted, style, facts=facts, probe=probe and target.live,
-                    keep_context=keep_context)
+                    keep_context=keep_context, inner=inner)
     if not cts:  # every container: those whose name lxcfix cannot act on are listed too (LXF132)
         rep = replace(rep, containers=rep.containers + unusable_reports(target.transport, target.backend,
                                                                         rep.facts.host if rep.facts else rep.host))
@@ -97,13 +105,14 @@ def scan(target: Target, cts: list[str] | None, style: str = "auto", probe: bool
 
 
 def one(target: Target, ct: str, style: str = "auto", probe: bool = False,
-        facts: HostFacts | None = None, asks=frozenset(), editable: bool = False) -> tuple[HostReport, CtReport]:
+        facts: HostFacts | None = None, asks=frozenset(), editable: bool = False,
+        inner: str | None = None) -> tuple[HostReport, CtReport]:
     """One container scanned and planned. asks: what the admin asked fixes to do that
     they never do unasked (rules.access.ASKS). A running container whose fixes need a
     value only it knows (its render group's gid) is probed even when `probe` is off.
     editable: for a change (plan, apply, the API's fix): a config with lines nobody can
     read is refused (check_editable)."""
-    rep = scan(target, [ct], style, probe, facts)
+    rep = scan(target, [ct], style, probe, facts, inner=inner)
     c = rep.containers[0]
     if not probe and target.live and c.context is not None and needs_inside(c.context) \
             and target.backend.status(target.transport, ct) == "running":

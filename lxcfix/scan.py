@@ -33,6 +33,7 @@ class Enter:
     transport: Transport
     backend: Proxmox | Lxc
     route: Route | None = None
+    inner: str | None = None  # the inner containers to probe too (`--inner`: all, or names; nested.select)
 
     def container(self, ct: str) -> Transport:
         return self.route(self.transport, ct) if self.route is not None else self.backend.exec(self.transport, ct)
@@ -61,6 +62,7 @@ def analyze_container(facts: HostFacts, loaded: gather.Loaded, loader, style: st
     extra: list[Finding] = []
     if enter is not None:
         ctx, status, extra = look_inside(ctx, enter, loaded.ct, facts.host)
+        ctx = with_rootfs(ctx, enter, loaded.ct, status)
     try:
         plan, planned = make_plan_in(ctx, style)
         findings = plan.findings
@@ -103,7 +105,40 @@ def look_inside(ctx: Context, enter: Enter, ct: str, host: str) -> tuple[Context
         return ctx, status, [codes.make("LXF301", ct, f"cannot look inside CT {ct}: {e}", host=host)]
     except Exception as e:
         return ctx, status, [codes.make("LXF301", ct, f"cannot look inside CT {ct}: {_why(e)}", host=host)]
-    return replace(ctx, probe=probe, live=live), status, []
+    ctx = replace(ctx, probe=probe, live=live)
+    if enter.inner:
+        from .observe import probe_inner, probe_paths
+
+        try:
+            ctx = replace(ctx, inner=probe_inner(enter.container(ct), ct, probe, enter.inner,
+                                                 probe_paths(ctx.effective)))
+        except Exception as e:
+            return ctx, status, [codes.make("LXF223", ct, f"cannot look inside CT {ct}'s containers: {_why(e)}",
+                                            host=host)]
+    return ctx, status, []
+
+
+def with_rootfs(ctx: Context, enter: Enter, ct: str, status: str | None) -> Context:
+    """The container's own files for the static checks (rules.rootfs), read on this machine only
+    (observe.read_rootfs: in this process, nothing followed out of the root); a remote host's are
+    not read (a command per container would break the scan's one round trip)."""
+    if status is None or not on_this_machine(enter.transport):
+        return ctx
+    from .observe import read_rootfs
+
+    try:
+        seen = read_rootfs(enter.transport, enter.backend, ct, ctx.config, status == "running")
+    except Exception:
+        return ctx
+    return replace(ctx, rootfs=seen)
+
+
+def on_this_machine(t: Transport) -> bool:
+    """The machine lxcfix runs on itself (not a snapshot, whose paths map into a directory)."""
+    try:
+        return bool(t.local) and t.local_path("/proc/1/root") == "/proc/1/root"
+    except OSError:
+        return False
 
 
 def _why(e: Exception) -> str:
@@ -125,7 +160,7 @@ def mark_live_fixable(ctx: Context, planned: Context, findings) -> tuple[Finding
 def scan_host(t: Transport, backend: Proxmox | Lxc, cts: list[str] | None = None,
               style: str = "auto", facts: HostFacts | None = None, probe: bool = False,
               route: Route | None = None, keep_context: bool = False, batch: bool = True,
-              swept: bool = False) -> HostReport:
+              swept: bool = False, inner: str | None = None) -> HostReport:
     """probe: enter running containers (live hosts only) to probe them and read
     their device program; route: how (default backend.exec). keep_context: the
     reports keep the view they were judged in (the audit reads it), so no worker
@@ -137,7 +172,7 @@ def scan_host(t: Transport, backend: Proxmox | Lxc, cts: list[str] | None = None
     listed = backend.list(t)
     wanted = cts if cts else list(listed)
     loader = gather.include_loader(t)
-    enter = Enter(t, backend, route) if probe else None
+    enter = Enter(t, backend, route, inner) if probe else None
     # Processes only where reading configs is local work: a forked SSH connection is not shared.
     workers = workers_for(len(wanted)) if enter is None and t.local and not facts.nodes_known \
         and not keep_context else 1
@@ -161,7 +196,7 @@ def scan_host(t: Transport, backend: Proxmox | Lxc, cts: list[str] | None = None
     # its own python3 start-up); over SSH, or for more, all in one command.
     if enter is not None and enter.route is None and batch and (swept or not t.local or len(ctxs) > 1):
         view, why = _probe_in_one_go(t, backend, ctxs, swept)
-        enter = Enter(view, backend)
+        enter = Enter(view, backend, inner=inner)
         answered = why is None
         if why:
             notes.append(one_by_one(why))

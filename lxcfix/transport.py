@@ -518,6 +518,49 @@ class ContainerExec(_Commands):
 
 
 @dataclass
+class InnerExec(_Commands):
+    """Runs commands inside a container that a container runs (Docker, Podman, runc: see
+    lxcfix.nested), through the outer container's own exec: `docker exec NAME argv` run with
+    lxc-attach --clear-env. The argv stays a list at every layer; the outer transport's cap and
+    deadline bound it (a tenant's docker binary prints what it likes)."""
+
+    outer: Transport
+    inner: object  # nested.Inner
+    local = False
+
+    @property
+    def name(self) -> str:
+        return f"{self.outer.name}/{self.inner.label}"  # type: ignore[attr-defined]
+
+    def wrap(self, argv: Sequence[str]) -> list[str]:
+        from .nested import exec_argv
+
+        return self.outer.wrap(exec_argv(self.inner, argv))  # type: ignore[attr-defined,arg-type]
+
+    def run(self, argv: Sequence[str], *, input: str | None = None, timeout: float | None = 60,
+            max_output: int | None = None) -> Result:
+        from .nested import exec_argv
+
+        return self.outer.run(exec_argv(self.inner, argv), input=input, timeout=timeout,  # type: ignore[arg-type]
+                              max_output=max_output)
+
+    def read(self, path: str) -> bytes:
+        result = self.run(["cat", "--", path], max_output=MAX_READ)
+        if result.truncated or not result.ok:
+            raise OSError(errno.EFBIG if result.truncated else errno.ENOENT, result.tail(), path)
+        return result.stdout.encode("utf-8", "surrogateescape")
+
+    def listdir(self, path: str) -> list[str]:
+        result = self.run(["ls", "-1A", "--", path])
+        if not result.ok:
+            raise FileNotFoundError(errno.ENOENT, result.tail(), path)
+        return sorted(n for n in result.stdout.split("\n") if n)
+
+    def isdir(self, path: str) -> bool:
+        return self.run(["test", "-d", path]).ok
+
+
+@dataclass
 class Failing(_Commands):
     """A host or container that cannot be used: every command fails with the
     reason (exit 255) and every read raises it, so the caller reports that one

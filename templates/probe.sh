@@ -13,6 +13,7 @@
 #   agroup <spec> gid=N|- name=NAME|- members=USER:UID,...|-   a group asked about, its members
 #   access <spec> uid=U|- gid=G|- user=NAME|- open=ok|ERRNO|untried via=python3|setpriv|- why=WORD|- <path>
 #                                     open(O_RDWR) as a member of that group (see "Group access")
+#   inner docker|podman|runc <id>|- <name>   a running container of its own (lxcfix.nested)
 #   end
 # Arguments before the paths, "access:<group name or gid>:<path>", ask for the group-access check.
 
@@ -326,6 +327,21 @@ $p
         done
     fi
     set +f
+fi
+
+# Containers this container runs itself (Docker, Podman, runc): only where a daemon's socket or a
+# runtime's state dir says some may run, so nothing is created (lxcfix.nested.listed reads it).
+# Each at most 5 s: a daemon that does not answer must not eat the probe's whole deadline.
+TI=
+timeout 5 true 2>/dev/null && TI="timeout 5"
+if { [ -S /run/docker.sock ] || [ -S /var/run/docker.sock ]; } && have docker; then
+    $TI docker ps --no-trunc --format 'inner docker {{.ID}} {{.Names}}' </dev/null 2>/dev/null
+fi
+if { [ -d /run/libpod ] || [ -d /run/containers/storage ]; } && have podman; then
+    $TI podman ps --no-trunc --format 'inner podman {{.ID}} {{.Names}}' </dev/null 2>/dev/null
+fi
+if [ -d /run/runc ] && have runc; then
+    $TI runc --root /run/runc list -q </dev/null 2>/dev/null | while read -r id; do echo "inner runc - $id"; done
 fi
 
 echo end

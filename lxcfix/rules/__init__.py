@@ -39,6 +39,10 @@ class Context:
     # What the admin asked fixes to do that they never do unasked (rules.access.ASKS):
     # "write-subgid" (apply adds root's /etc/subgid line), "mode-0666" (devN mode=0666).
     asks: frozenset = frozenset()
+    # One layer deeper (lxcfix.nested): what the probe saw inside the inner containers asked for.
+    inner: tuple = ()  # nested.InnerSeen, ...
+    # Files read from the container's own rootfs (lxcfix.rootfs.Rootfs), or None when not read.
+    rootfs: object | None = None
 
     @functools.cached_property
     def style(self) -> tuple[str, str]:
@@ -77,7 +81,8 @@ class Context:
         from ..effective import effective
 
         load = self.load or (lambda path: None)
-        return replace(self, config=config, effective=effective(config, self.facts, load), probe=None, live=None)
+        return replace(self, config=config, effective=effective(config, self.facts, load), probe=None, live=None,
+                       inner=())
 
     def with_style(self, requested: str) -> "Context":
         return self if requested == self.requested else replace(self, requested=requested)
@@ -87,9 +92,9 @@ class Context:
         return make(code, self.ct, message, host=self.host, **kw)
 
 
-from . import access, allowlist, drift, host, hygiene, inert, live, probe, tenant  # noqa: E402
+from . import access, allowlist, drift, host, hygiene, inert, live, nested, probe, rootfs, tenant  # noqa: E402
 
-RULES = (host, allowlist, hygiene, access, tenant, inert, drift, live, probe)
+RULES = (host, allowlist, hygiene, access, tenant, inert, drift, live, probe, nested, rootfs)
 
 
 def run_rules(ctx: Context, rules=RULES) -> list[Finding]:

@@ -112,7 +112,19 @@ def container_gid(ctx, group: str, supplied: Mapping[str, int] | None = None) ->
             return seen.gid, "the container's /etc/group, read by the probe"
         if group in probe.groups:
             return probe.groups[group], "the container's /etc/group, read by the probe"
+    own = rootfs_groups(ctx)
+    if group in own:
+        return own[group], "the container's /etc/group, read from its rootfs"
     return None, None
+
+
+def rootfs_groups(ctx) -> dict[str, int]:
+    """name -> gid from the container's own /etc/group, when its rootfs was read (lxcfix.rootfs)."""
+    from ..rootfs import GROUP, groups
+
+    seen = getattr(ctx, "rootfs", None)
+    data = seen.text(GROUP) if seen is not None and seen.state == "read" else None
+    return groups(data) if data is not None else {}
 
 
 def _devn_id(value: str | None, default: int) -> int | None:

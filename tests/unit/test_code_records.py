@@ -75,7 +75,7 @@ def test_the_derived_tables_are_the_records():
     assert scan.LIVE_FIXABLE == {"LXF100", "LXF101", "LXF102", "LXF110", "LXF200", "LXF210", "LXF211"}
     assert hook.BLOCKING == {"LXF100", "LXF101", "LXF112"}
     assert causes.NODE_LINKED == {"LXF100", "LXF101", "LXF110", "LXF112", "LXF200", "LXF202", "LXF203",
-                                  "LXF210", "LXF211"}
+                                  "LXF210", "LXF211", "LXF220"}
     assert causes.ONCE == {"LXF120", "LXF121", "LXF131", "LXF300", "LXF301"}
     assert causes.DEVICE_KIND["LXF101"] == "cgroup-denies" and causes.DEVICE_KIND["LXF204"] == "no-access"
     assert codes.where(verify="always") == {"LXF100", "LXF101", "LXF110", "LXF121", "LXF200", "LXF202",

@@ -14,6 +14,7 @@ PURE = (
     "lxcfix.model", "lxcfix.errors", "lxcfix.bounded", "lxcfix.ctconfig", "lxcfix.devices", "lxcfix.lxcdefaults",
     "lxcfix.effective", "lxcfix.facts", "lxcfix.probe", "lxcfix.bpf", "lxcfix.rules",
     "lxcfix.rules.allowlist", "lxcfix.rules.hygiene", "lxcfix.rules.host", "lxcfix.rules.live",
+    "lxcfix.nested", "lxcfix.rootfs", "lxcfix.rules.nested", "lxcfix.rules.rootfs",
     "lxcfix.rules.probe", "lxcfix.rules.access", "lxcfix.rules.foresight", "lxcfix.rules.inert", "lxcfix.rules.tenant",
     "lxcfix.rules.drift", "lxcfix.rules.upgrade", "lxcfix.plan", "lxcfix.liveplan",
     "lxcfix.render", "lxcfix.report", "lxcfix.audit", "lxcfix.fixes", "lxcfix.styles", "lxcfix.outcome",
