@@ -72,6 +72,10 @@ class StateLock(Lock):
     def describe(self) -> str:
         return f"lock {self.path} (lxcfix's own: a snapshot has no Proxmox lock)"
 
+    def _held(self) -> Refused:  # what check() and do() say when it is held
+        return Refused(f"another lxcfix holds {self.path} (an apply or rollback of this container in this "
+                       "snapshot); nothing changed, try again when it is done")
+
     def do(self, tx) -> None:
         dfd = self.state.open_dir("locks")
         try:
@@ -86,8 +90,7 @@ class StateLock(Lock):
         except OSError as e:
             os.close(fd)
             if e.errno in (errno.EAGAIN, errno.EACCES):
-                raise Refused(f"another lxcfix holds {self.path} (an apply or rollback of CT {tx.base.get('ct')} "
-                              "in this snapshot); nothing changed, try again when it is done") from None
+                raise self._held() from None
             raise StateError(f"lock {self.path}: {e.strerror or e}; nothing changed") from None
         self._fd = fd
 
