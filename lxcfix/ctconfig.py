@@ -201,6 +201,16 @@ def _split_key(text: str, flavor: Flavor) -> tuple[str, str] | None:
 
 
 def parse_line(raw: bytes, section: str | None, flavor: Flavor) -> Line:
+    """One line (a Line is immutable, so equal bytes share one: the configs of a host repeat
+    most of their lines, `arch: amd64`, the GPU's rule and mount lines); only short lines
+    are kept, so a hostile file cannot fill the table with big ones."""
+    return (_parse_line if len(raw) <= _SHARED_LINE else _read_line)(raw, section, flavor)
+
+
+_SHARED_LINE = 256
+
+
+def _read_line(raw: bytes, section: str | None, flavor: Flavor) -> Line:
     head = raw.lstrip()[:1]
     if not head or head == b"#":  # blank or comment: the common cheap case
         return Line(raw, section)
@@ -215,6 +225,9 @@ def parse_line(raw: bytes, section: str | None, flavor: Flavor) -> Line:
     return Line(raw, section, key=kv[0], value=kv[1])
 
 
+_parse_line = functools.lru_cache(maxsize=8192)(_read_line)
+
+
 def parse(raw: bytes, flavor: Flavor, path: str = "") -> CtConfig:
     """Never raises: lines it cannot read are kept, marked bad. Proxmox files:
     everything from the first `[section]` on is one line, kept byte for byte and
@@ -226,7 +239,7 @@ def parse(raw: bytes, flavor: Flavor, path: str = "") -> CtConfig:
         if m:
             raw, tail = raw[:m.start()], raw[m.start():]
     for chunk in split_lines(raw):
-        lines.append(parse_line(chunk, MAIN, flavor))
+        lines.append((_parse_line if len(chunk) <= _SHARED_LINE else _read_line)(chunk, MAIN, flavor))
     if tail:
         first = tail.split(b"\n", 1)[0].decode("utf-8", "surrogateescape")
         header = _SECTION.match(first)

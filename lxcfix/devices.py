@@ -388,6 +388,13 @@ class RuleError(ValueError):
 
 
 def parse_rule(value: str, allow: bool = True) -> DeviceRule:
+    """Every form LXC takes: `a`, `c 195:* rwm`, `b 8:* r`, `/dev/net/tun rw` (memoized: a
+    DeviceRule is frozen, and a host's configs repeat a few rule lines; RuleError is raised each time)."""
+    return _parse_rule(value, allow) if len(value) <= 256 else _parse_rule.__wrapped__(value, allow)
+
+
+@functools.lru_cache(maxsize=2048)
+def _parse_rule(value: str, allow: bool = True) -> DeviceRule:
     """Every form LXC takes: `a`, `c 195:* rwm`, `b 8:* r`, `/dev/net/tun rw`."""
     v = value.strip()
     if v == "a" or re.fullmatch(r"a(\s+\*:\*)?(\s+[rwm]+)?", v):
