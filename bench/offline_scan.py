@@ -10,6 +10,17 @@ tables of one in-process run.
     python3 bench/offline_scan.py                # N=10000, R=5
     python3 bench/offline_scan.py --profile      # + where the time goes
     python3 bench/offline_scan.py -n 2000 -r 3 --small 500 --keep /tmp/snap
+    python3 bench/offline_scan.py --broken-heavy # issue 22: mostly broken GPU configs vs the read floor
+    python3 bench/offline_scan.py --smoke        # the broken-heavy mode at N=300, 1 run: seconds (CI)
+
+--broken-heavy: a snapshot of N configs, 80% broken (stale or missing majors, GPU and tun
+bind mounts without rules: C.BROKEN_KINDS), timed through the CLI against the read floor (a
+plain read + split of the same files: one python3 process that reads every config and splits
+it into lines and each line at its first ':'), the two interleaved and the ratio taken within
+each run; and the CPU time per config of what a scan worker does for one (read, parse,
+effective view, rules, plan, diff, causes, the JSON row: scan._analyze_chunk and
+report.container_json, in this process, one core), for the broken and the healthy configs
+apart. Targets (issue 22): broken <= 0.5 ms, healthy <= 0.1 ms, the scan <= 6x the floor.
 
 Figures are measured in this one run; nothing is asserted. Exit 0 unless the
 scan itself fails (wrong container count, crash).
@@ -186,6 +197,121 @@ def _short(fn: str) -> str:
     return "/".join(parts[-2:])
 
 
+# ---------------------------------------------------------------- --broken-heavy (issue 22)
+
+BROKEN_MS, HEALTHY_MS, FLOOR_RATIO = 0.5, 0.1, 6.0
+
+# The read floor: what reading the snapshot costs at all, in one plain python3 process.
+READ_FLOOR = r"""
+import os, sys
+n = 0
+for d, _, fs in os.walk(sys.argv[1]):
+    for f in fs:
+        if f.endswith(".conf"):
+            with open(os.path.join(d, f), "rb") as fh:
+                for line in fh.read().split(b"\n"):
+                    line.partition(b":")
+            n += 1
+print(n)
+"""
+
+
+def _mmm(xs, fmt="{:.3f}") -> str:
+    return "min " + fmt.format(min(xs)) + ", median " + fmt.format(C.med(xs)) + ", max " + fmt.format(max(xs))
+
+
+def per_config_ms(root: str, kinds: dict[str, str], reps: int, sample: int) -> dict[str, list[float]]:
+    """CPU ms per config (the mean over up to `sample` configs of each kind, per rep) of what a
+    scan worker does for one config, broken and healthy apart."""
+    from lxcfix import gather, repair, report, scan
+
+    target = repair.open_target(root, None)
+    tr, be = target.transport, target.backend
+    facts = gather.host_facts(tr, be)
+    listed = be.list(tr)
+    sets = {"broken": [(ct, p) for ct, p in listed.items() if kinds.get(ct) in C.BROKEN][:sample],
+            "healthy": [(ct, p) for ct, p in listed.items() if kinds.get(ct) in C.HEALTHY][:sample]}
+
+    def run(chunk) -> None:
+        for r in scan._analyze_chunk((facts, chunk, tr, be, "auto")):
+            report.container_json(r, True, facts)
+
+    for chunk in sets.values():  # warm: byte-code, the include and catalog caches
+        run(chunk[:50])
+    out: dict[str, list[float]] = {k: [] for k in sets}
+    for _ in range(reps):
+        for k, chunk in sets.items():
+            if not chunk:
+                continue
+            t0 = time.process_time()
+            run(chunk)
+            out[k].append((time.process_time() - t0) / len(chunk) * 1e3)
+    out["_n"] = {k: len(v) for k, v in sets.items()}  # type: ignore[assignment]
+    return out
+
+
+def broken_heavy(a, base: str) -> int:
+    root = os.path.join(base, f"broken-{a.n}")
+    if os.path.exists(root):
+        shutil.rmtree(root)
+    kinds: dict[str, str] = {}
+    t0 = time.perf_counter()
+    counts = C.make_pve_snapshot(root, a.n, seed=a.seed, kinds=C.BROKEN_KINDS, kind_of=kinds)
+    broken = sum(v for k, v in counts.items() if k in C.BROKEN)
+    print(f"\n-- broken-heavy snapshot of {a.n:,} configs in {root}: {broken:,} broken "
+          f"({100 * broken / a.n:.0f}%), made in {C.s(time.perf_counter() - t0)}")
+    print("   mix: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+    doc = sanity(root, a.n)
+    b, sm = doc["_bench"], doc["summary"]
+    print(f"   sanity run ok (exit {b['exit']}): {sm['error']} errors, {sm['warning']} warnings, {sm['info']} info; "
+          f"{b['planned']} with a plan; {b['internal_errors']} internal errors; JSON {b['json_bytes'] / 1e6:.1f} MB")
+    if b["internal_errors"]:
+        raise SystemExit(f"{b['internal_errors']} containers failed with an internal error")
+
+    floor_argv = [sys.executable, "-c", READ_FLOOR, os.path.join(root, "etc")]
+    C.timed_run(floor_argv)  # warm the page cache
+    walls: dict[str, list[float]] = {"floor": [], "scan": []}
+    cpus: dict[str, list[float]] = {"floor": [], "scan": []}
+    ratios, cpu_ratios = [], []
+    for i in range(a.reps):
+        order = (("floor", floor_argv), ("scan", scan_argv(root)))
+        for name, argv in (order if i % 2 == 0 else order[::-1]):
+            walls[name].append(C.timed_run(argv, ok_codes=(0, 1))[0])
+            cpus[name].append(C.last_cpu)
+        ratios.append(walls["scan"][-1] / walls["floor"][-1])
+        cpu_ratios.append(cpus["scan"][-1] / cpus["floor"][-1])
+    print(f"\n-- {a.reps} runs, the floor and the scan interleaved ({C.load()})")
+    print(f"   read floor (python3: read + split every config): wall {_mmm(walls['floor'])} s; "
+          f"CPU {_mmm(cpus['floor'])} s")
+    print(f"   lxcfix scan --root DIR --no-probe --json:       wall {_mmm(walls['scan'])} s; "
+          f"CPU {_mmm(cpus['scan'])} s")
+    print(f"   scan / floor within each run: wall {_mmm(ratios, '{:.2f}x')}; CPU {_mmm(cpu_ratios, '{:.2f}x')}")
+
+    ms = per_config_ms(root, kinds, a.reps, a.sample)
+    n = ms.pop("_n")
+    print(f"\n-- CPU per config, in this process (one core; the mean over {n['broken']} broken and "
+          f"{n['healthy']} healthy configs, per rep; {C.load()})")
+    for k in ("broken", "healthy"):
+        if ms[k]:
+            print(f"   {k:<8} {_mmm(ms[k])} ms")
+
+    print(f"\n-- targets (issue 22), {a.n:,} configs on this {os.cpu_count()}-core machine; {C.load()}")
+    rows = [(f"a broken config <= {BROKEN_MS} ms (median)", ms["broken"], BROKEN_MS, "{:.3f} ms"),
+            (f"a healthy config <= {HEALTHY_MS} ms (median)", ms["healthy"], HEALTHY_MS, "{:.3f} ms"),
+            (f"the scan <= {FLOOR_RATIO:.0f}x the read floor, same run (median wall ratio)", ratios, FLOOR_RATIO,
+             "{:.2f}x")]
+    for label, xs, target, fmt in rows:
+        if not xs:
+            continue
+        print(f"   {label}: {_mmm(xs, fmt)}: {C.verdict(C.med(xs), target)}")
+    if a.n != TARGET_N:
+        print(f"   (ran -n {a.n}, not {TARGET_N:,}: the ratio target is for {TARGET_N:,} configs)")
+    if a.profile:
+        print("\n-- where the time goes (this snapshot)")
+        phases(root)
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("-n", type=int, default=TARGET_N, help="configs in the big snapshot (default 10000)")
@@ -194,12 +320,24 @@ def main() -> int:
     ap.add_argument("--profile", action="store_true", help="phase breakdown + cProfile top 15")
     ap.add_argument("--seed", type=int, default=8)
     ap.add_argument("--keep", metavar="DIR", help="generate into DIR and keep it (default: a temp dir, removed)")
+    ap.add_argument("--broken-heavy", action="store_true",
+                    help="issue 22: a mostly broken snapshot, per-config ms and the ratio to the read floor")
+    ap.add_argument("--sample", type=int, default=2000, help="configs of each kind timed per rep (--broken-heavy)")
+    ap.add_argument("--smoke", action="store_true", help="--broken-heavy at N=300, 1 run: seconds (CI)")
     a = ap.parse_args()
+    if a.smoke:
+        a.broken_heavy, a.n, a.reps, a.small, a.sample, a.profile = True, 300, 1, 0, 200, False
 
     C.header("lxcfix offline scan benchmark")
     print(f"   CLI: {' '.join(C.lxcfix_argv())} scan --root DIR --no-probe --json (stdout to /dev/null)")
     base = a.keep or tempfile.mkdtemp(prefix="lxcfix-bench-scan-")
     os.makedirs(base, exist_ok=True)
+    if a.broken_heavy:
+        try:
+            return broken_heavy(a, base)
+        finally:
+            if not a.keep:
+                shutil.rmtree(base, ignore_errors=True)
     try:
         sizes = [a.n] + ([a.small] if a.small else [])
         roots = {}
