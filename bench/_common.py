@@ -62,9 +62,22 @@ def lxcfix_argv() -> list[str]:
     (not a pyenv shim, whose bash startup would be timed too), else `python -m lxcfix`; either
     runs this checkout's lxcfix (PYTHONPATH, set above)."""
     script = os.path.join(os.path.dirname(sys.executable), "lxcfix")
-    if os.path.isfile(script) and os.access(script, os.X_OK):
+    if os.path.isfile(script) and os.access(script, os.X_OK) and _runs_entry_point(script):
         return [script]
     return [sys.executable, "-m", "lxcfix"]
+
+
+def _runs_entry_point(script: str) -> bool:
+    """Whether the installed console script calls this checkout's entry point (pyproject's
+    [project.scripts]); one installed from an older checkout would time another start-up."""
+    try:
+        with open(os.path.join(REPO, "pyproject.toml")) as f:
+            line = next(l for l in f if l.replace(" ", "").startswith('lxcfix="'))
+        module, func = line.split("=", 1)[1].strip().strip('"').split(":")
+        with open(script, errors="replace") as f:
+            return f"from {module} import {func}" in f.read(4096)
+    except (OSError, StopIteration, ValueError):
+        return False
 
 
 def timed_run(argv: Sequence[str], env: dict | None = None, ok_codes=(0,), stdout=subprocess.DEVNULL,
