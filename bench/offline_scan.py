@@ -12,6 +12,7 @@ tables of one in-process run.
     python3 bench/offline_scan.py -n 2000 -r 3 --small 500 --keep /tmp/snap
     python3 bench/offline_scan.py --broken-heavy # issue 22: mostly broken GPU configs vs the read floor
     python3 bench/offline_scan.py --smoke        # the broken-heavy mode at N=300, 1 run: seconds (CI)
+    python3 bench/offline_scan.py --broken-heavy --against /tmp/base   # + another checkout, paired
 
 --broken-heavy: a snapshot of N configs, 80% broken (stale or missing majors, GPU and tun
 bind mounts without rules: C.BROKEN_KINDS), timed through the CLI against the read floor (a
@@ -270,22 +271,31 @@ def broken_heavy(a, base: str) -> int:
 
     floor_argv = [sys.executable, "-c", READ_FLOOR, os.path.join(root, "etc")]
     C.timed_run(floor_argv)  # warm the page cache
-    walls: dict[str, list[float]] = {"floor": [], "scan": []}
-    cpus: dict[str, list[float]] = {"floor": [], "scan": []}
-    ratios, cpu_ratios = [], []
+    order = [("floor", floor_argv, None), ("scan", scan_argv(root), None)]
+    if a.against:  # another checkout's lxcfix, the same command, in the same runs
+        env = dict(os.environ, PYTHONPATH=os.path.abspath(a.against))
+        order.append(("against", [sys.executable, "-m", "lxcfix"] + scan_argv(root)[len(C.lxcfix_argv()):], env))
+        C.timed_run(order[-1][1], env=env, ok_codes=(0, 1))  # its byte-code
+    walls: dict[str, list[float]] = {name: [] for name, _, _ in order}
+    cpus: dict[str, list[float]] = {name: [] for name, _, _ in order}
+    ratios, cpu_ratios, paired = [], [], []
     for i in range(a.reps):
-        order = (("floor", floor_argv), ("scan", scan_argv(root)))
-        for name, argv in (order if i % 2 == 0 else order[::-1]):
-            walls[name].append(C.timed_run(argv, ok_codes=(0, 1))[0])
+        for name, argv, env in (order if i % 2 == 0 else order[::-1]):
+            walls[name].append(C.timed_run(argv, env=env, ok_codes=(0, 1))[0])
             cpus[name].append(C.last_cpu)
         ratios.append(walls["scan"][-1] / walls["floor"][-1])
         cpu_ratios.append(cpus["scan"][-1] / cpus["floor"][-1])
+        if a.against:
+            paired.append(cpus["against"][-1] / cpus["scan"][-1])
     print(f"\n-- {a.reps} runs, the floor and the scan interleaved ({C.load()})")
     print(f"   read floor (python3: read + split every config): wall {_mmm(walls['floor'])} s; "
           f"CPU {_mmm(cpus['floor'])} s")
     print(f"   lxcfix scan --root DIR --no-probe --json:       wall {_mmm(walls['scan'])} s; "
           f"CPU {_mmm(cpus['scan'])} s")
     print(f"   scan / floor within each run: wall {_mmm(ratios, '{:.2f}x')}; CPU {_mmm(cpu_ratios, '{:.2f}x')}")
+    if a.against:
+        print(f"   --against {a.against}: wall {_mmm(walls['against'])} s; CPU {_mmm(cpus['against'])} s; "
+              f"its CPU / this checkout's, within each run: {_mmm(paired, '{:.2f}x')}")
 
     ms = per_config_ms(root, kinds, a.reps, a.sample)
     n = ms.pop("_n")
@@ -324,6 +334,8 @@ def main() -> int:
                     help="issue 22: a mostly broken snapshot, per-config ms and the ratio to the read floor")
     ap.add_argument("--sample", type=int, default=2000, help="configs of each kind timed per rep (--broken-heavy)")
     ap.add_argument("--smoke", action="store_true", help="--broken-heavy at N=300, 1 run: seconds (CI)")
+    ap.add_argument("--against", metavar="DIR", help="--broken-heavy: also time this checkout's lxcfix "
+                    "(PYTHONPATH=DIR python3 -m lxcfix), in the same runs")
     a = ap.parse_args()
     if a.smoke:
         a.broken_heavy, a.n, a.reps, a.small, a.sample, a.profile = True, 300, 1, 0, 200, False
