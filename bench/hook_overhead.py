@@ -16,9 +16,10 @@ exits 0: the path every normal start takes.
     python3 bench/hook_overhead.py           # 9 runs of each, interleaved
     python3 bench/hook_overhead.py -r 21
     python3 bench/hook_overhead.py --smoke   # 1 run of each: seconds
+    python3 bench/hook_overhead.py --against /tmp/base   # + the hookscript running another checkout
 
 Prints min/median/max wall and CPU time of each, the hook beyond each floor, a breakdown
-(`import lxcfix.cli`, the in-process hook after the imports), and the target (issue 22: the
+(`import lxcfix.hook`, the in-process hook after the imports), and the target (issue 22: the
 hook's added time on a start <= 0.2 s, median) with PASS/MISS. Nothing is asserted; exit 0
 unless the hook itself misbehaves (a non-zero exit, or no "ok" in the journal).
 """
@@ -64,13 +65,13 @@ def make_host(base: str) -> dict:
     return env
 
 
-def snippet(base: str) -> str:
-    """The packaged hookscript snippet, exec'ing this checkout's lxcfix with this interpreter."""
+def snippet(base: str, command: list[str], name: str = "lxcfix-hook.sh") -> str:
+    """The packaged hookscript snippet, exec'ing `command` (this checkout's lxcfix with this interpreter)."""
     from lxcfix import hook
 
-    path = os.path.join(base, "lxcfix-hook.sh")
+    path = os.path.join(base, name)
     with open(path, "w") as f:
-        f.write(hook.snippet("fail", C.lxcfix_argv() + ["hook"]))
+        f.write(hook.snippet("fail", command + ["hook"]))
     os.chmod(path, 0o755)
     return path
 
@@ -112,6 +113,7 @@ def main() -> int:
     ap.add_argument("-r", "--reps", type=int, default=9, help="runs of each command (default 9)")
     ap.add_argument("--smoke", action="store_true", help="1 run of each: seconds")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (its journal)")
+    ap.add_argument("--against", metavar="DIR", help="also time the hookscript running this checkout's lxcfix")
     a = ap.parse_args()
     if a.smoke:
         a.reps = 1
@@ -120,13 +122,17 @@ def main() -> int:
     base = tempfile.mkdtemp(prefix="lxcfix-bench-hook-")
     try:
         env = make_host(base)
-        script = snippet(base)
+        script = snippet(base, C.lxcfix_argv())
         rows = {
             "true": ["true"],
             "python3 -c pass": [sys.executable, "-c", "pass"],
-            "python3 -c 'import lxcfix.cli'": [sys.executable, "-c", "import lxcfix.cli"],
+            "python3 -c 'import lxcfix.hook'": [sys.executable, "-c", "import lxcfix.hook"],
             "hookscript (sh SNIPPET VMID pre-start)": ["sh", script, VMID, "pre-start"],
         }
+        if a.against:  # the same snippet running another checkout's lxcfix
+            other = snippet(base, ["env", f"PYTHONPATH={os.path.abspath(a.against)}", sys.executable, "-m", "lxcfix"],
+                            "against-hook.sh")
+            rows[f"hookscript, --against {a.against}"] = ["sh", other, VMID, "pre-start"]
         print(f"   healthy CT {VMID} in {env['LXCFIX_PVE_DIR']}/lxc (/dev/net/tun "
               f"{'passed with its rule' if os.path.exists(TUN) else 'absent here: no devices'}); "
               f"snippet: {script} -> {' '.join(C.lxcfix_argv())} hook --mode fail VMID PHASE")
@@ -154,7 +160,7 @@ def main() -> int:
         print(f"   the hook beyond a bare python start, within each run: {_mmm(beyond_py)}")
         ip = in_process(env, max(3, a.reps))
         print(f"   breakdown: the hook's work after its imports (run_hook in-process, CPU): {_mmm(ip)}; "
-              f"imports (python -c 'import lxcfix.cli' - python -c pass, CPU medians): "
+              f"imports (python -c 'import lxcfix.hook' - python -c pass, CPU medians): "
               f"{C.med(cpus[list(rows)[2]]) - C.med(cpus['python3 -c pass']):.3f} s")
 
         print(f"\n-- target (issue 22): the hook's added time on a `pct start` <= {TARGET_S} s (median); {C.load()}")
