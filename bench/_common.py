@@ -81,14 +81,16 @@ def _runs_entry_point(script: str) -> bool:
 
 
 def timed_run(argv: Sequence[str], env: dict | None = None, ok_codes=(0,), stdout=subprocess.DEVNULL,
-              timeout: float = 600) -> tuple[float, subprocess.CompletedProcess]:
+              timeout: float = 600, cwd: str | None = None) -> tuple[float, subprocess.CompletedProcess]:
     """(wall seconds, completed process) of one run; raises on an exit code not in ok_codes.
-    The child's CPU time (user + sys) is left in `last_cpu` (less sensitive to a busy machine)."""
+    The child's CPU time (user + sys) is left in `last_cpu` (less sensitive to a busy machine).
+    cwd: where it runs (`python -m` and `-c` put the working directory first on sys.path: a
+    command meant to run another checkout's lxcfix must not run in this one)."""
     global last_cpu
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     p = subprocess.run(list(argv), stdout=stdout, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                       env=env, timeout=timeout)
+                       env=env, timeout=timeout, cwd=cwd)
     dt = time.perf_counter() - t
     r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     last_cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)

@@ -137,14 +137,14 @@ def main() -> int:
               f"{'passed with its rule' if os.path.exists(TUN) else 'absent here: no devices'}); "
               f"snippet: {script} -> {' '.join(C.lxcfix_argv())} hook --mode fail VMID PHASE")
         for argv in rows.values():  # warm: page cache, byte-code
-            C.timed_run(argv, env=env)
+            C.timed_run(argv, env=env, cwd=base)
         walls: dict[str, list[float]] = {k: [] for k in rows}
         cpus: dict[str, list[float]] = {k: [] for k in rows}
         added, beyond_py = [], []
         for i in range(a.reps):
             items = list(rows.items())
             for name, argv in (items if i % 2 == 0 else items[::-1]):
-                walls[name].append(C.timed_run(argv, env=env)[0])
+                walls[name].append(C.timed_run(argv, env=env, cwd=base)[0])  # -m: not this checkout's dir
                 cpus[name].append(C.last_cpu)
             hook_w = walls["hookscript (sh SNIPPET VMID pre-start)"][-1]
             added.append(hook_w)

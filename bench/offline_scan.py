@@ -262,7 +262,7 @@ def per_config_ms(root: str, kinds: dict[str, str], reps: int, env: dict | None 
     out: dict[str, list[float]] = {"broken": [], "healthy": []}
     for _ in range(reps):
         p = subprocess.run([sys.executable, "-c", PER_CONFIG, root, kinds_file], capture_output=True, text=True,
-                           env=env, timeout=900)
+                           env=env, timeout=900, cwd=os.path.dirname(root))  # not this checkout's dir: -c's path
         if p.returncode:
             raise SystemExit(f"per-config pass failed: {p.stderr[-2000:]}")
         got = json.loads(p.stdout)
@@ -294,16 +294,17 @@ def broken_heavy(a, base: str) -> int:
     floor_argv = [sys.executable, "-c", READ_FLOOR, os.path.join(root, "etc")]
     C.timed_run(floor_argv)  # warm the page cache
     order = [("floor", floor_argv, None), ("scan", scan_argv(root), None)]
-    if a.against:  # another checkout's lxcfix, the same command, in the same runs
+    if a.against:  # another checkout's lxcfix, the same command, in the same runs (run from the
+        # snapshot's dir: `python -m` would find this checkout's lxcfix in the working directory)
         env = dict(os.environ, PYTHONPATH=os.path.abspath(a.against))
         order.append(("against", [sys.executable, "-m", "lxcfix"] + scan_argv(root)[len(C.lxcfix_argv()):], env))
-        C.timed_run(order[-1][1], env=env, ok_codes=(0, 1))  # its byte-code
+        C.timed_run(order[-1][1], env=env, ok_codes=(0, 1), cwd=base)  # its byte-code
     walls: dict[str, list[float]] = {name: [] for name, _, _ in order}
     cpus: dict[str, list[float]] = {name: [] for name, _, _ in order}
     ratios, cpu_ratios, paired = [], [], []
     for i in range(a.reps):
         for name, argv, env in (order if i % 2 == 0 else order[::-1]):
-            walls[name].append(C.timed_run(argv, env=env, ok_codes=(0, 1))[0])
+            walls[name].append(C.timed_run(argv, env=env, ok_codes=(0, 1), cwd=base if env else None)[0])
             cpus[name].append(C.last_cpu)
         ratios.append(walls["scan"][-1] / walls["floor"][-1])
         cpu_ratios.append(cpus["scan"][-1] / cpus["floor"][-1])
