@@ -26,6 +26,12 @@ EXAMPLE_HOST = os.path.join(REPO, "examples", "pve-gpu-host")
 # a byte-code cache under bench/out/ (the tree under test is not written to).
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 os.environ.setdefault("PYTHONPYCACHEPREFIX", os.path.join(REPO, "bench", "out", "pycache"))
+# The lxcfix measured is this checkout's, in the commands timed and in this process, even where an
+# editable install (the console script beside the interpreter) points at another checkout.
+if os.environ.get("PYTHONPATH", "").split(os.pathsep)[0] != REPO:
+    os.environ["PYTHONPATH"] = os.pathsep.join([REPO] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+if sys.path[:2].count(REPO) == 0:
+    sys.path.insert(1, REPO)
 
 
 # ---------------------------------------------------------------- a pure cgroup v2 mount
@@ -53,22 +59,38 @@ def reexec_in_cgroup2(script_path: str, on_failure: str = "") -> None:
 
 def lxcfix_argv() -> list[str]:
     """The real CLI: the console script installed beside this interpreter
-    (not a pyenv shim, whose bash startup would be timed too), else `python -m lxcfix`."""
+    (not a pyenv shim, whose bash startup would be timed too), else `python -m lxcfix`; either
+    runs this checkout's lxcfix (PYTHONPATH, set above)."""
     script = os.path.join(os.path.dirname(sys.executable), "lxcfix")
-    if os.path.isfile(script) and os.access(script, os.X_OK):
+    if os.path.isfile(script) and os.access(script, os.X_OK) and _runs_entry_point(script):
         return [script]
     return [sys.executable, "-m", "lxcfix"]
 
 
+def _runs_entry_point(script: str) -> bool:
+    """Whether the installed console script calls this checkout's entry point (pyproject's
+    [project.scripts]); one installed from an older checkout would time another start-up."""
+    try:
+        with open(os.path.join(REPO, "pyproject.toml")) as f:
+            line = next(l for l in f if l.replace(" ", "").startswith('lxcfix="'))
+        module, func = line.split("=", 1)[1].strip().strip('"').split(":")
+        with open(script, errors="replace") as f:
+            return f"from {module} import {func}" in f.read(4096)
+    except (OSError, StopIteration, ValueError):
+        return False
+
+
 def timed_run(argv: Sequence[str], env: dict | None = None, ok_codes=(0,), stdout=subprocess.DEVNULL,
-              timeout: float = 600) -> tuple[float, subprocess.CompletedProcess]:
+              timeout: float = 600, cwd: str | None = None) -> tuple[float, subprocess.CompletedProcess]:
     """(wall seconds, completed process) of one run; raises on an exit code not in ok_codes.
-    The child's CPU time (user + sys) is left in `last_cpu` (less sensitive to a busy machine)."""
+    The child's CPU time (user + sys) is left in `last_cpu` (less sensitive to a busy machine).
+    cwd: where it runs (`python -m` and `-c` put the working directory first on sys.path: a
+    command meant to run another checkout's lxcfix must not run in this one)."""
     global last_cpu
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     p = subprocess.run(list(argv), stdout=stdout, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                       env=env, timeout=timeout)
+                       env=env, timeout=timeout, cwd=cwd)
     dt = time.perf_counter() - t
     r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     last_cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
@@ -119,6 +141,7 @@ def header(title: str) -> None:
     print(f"== {title}")
     print(f"   {time.strftime('%Y-%m-%d %H:%M:%S %Z')}; {machine()}")
     print(f"   {load()} at start (a busy machine inflates wall times; CPU times are printed too)")
+    print(f"   lxcfix measured: {REPO} (PYTHONPATH)")
 
 
 # ---------------------------------------------------------------- synthetic host snapshot
@@ -179,6 +202,20 @@ KINDS = {
     "plain": 34,             # no devices at all
 }
 
+# The broken-heavy mix (issue 22): mostly broken GPU containers (stale or missing majors, bind
+# mounts without rules), the rest healthy. Broken: LXF100/LXF101 and their plans.
+BROKEN_KINDS = {
+    "gpu-stale-uvm": 30,     # c 508..510:* for nvidia-uvm (LXF101)
+    "gpu-no-uvm-rule": 20,   # uvm mounted, its rule missing (LXF100)
+    "gpu-no-rules": 15,      # every NVIDIA node bind mounted, no rule at all (LXF100 x4)
+    "tun-missing": 15,       # bind mount, no rule (LXF100)
+    "gpu-devn": 5,           # healthy
+    "tun-ok": 5,             # healthy
+    "plain": 10,             # healthy
+}
+BROKEN = frozenset(("gpu-stale-uvm", "gpu-no-uvm-rule", "gpu-no-rules", "tun-missing"))
+HEALTHY = frozenset(("gpu-devn", "tun-ok", "plain"))
+
 
 def _ct_lines(kind: str, rng: random.Random, vmid: int) -> tuple[list[str], bool]:
     """(main-section lines, privileged-and-has-raw-lines) of one container of `kind`."""
@@ -197,6 +234,8 @@ def _ct_lines(kind: str, rng: random.Random, vmid: int) -> tuple[list[str], bool
             rules.append(f"lxc.cgroup2.devices.allow: c {rng.choice((508, 509, 510))}:* rwm")
         elif kind == "gpu-current-uvm":
             rules.append("lxc.cgroup2.devices.allow: c 511:* rwm")
+        elif kind == "gpu-no-rules":
+            rules = []
         elif kind == "gpu-path-rules":
             rules = ["lxc.cgroup2.devices.allow: /dev/nvidia0 rwm", "lxc.cgroup2.devices.allow: /dev/nvidiactl rwm",
                      "lxc.cgroup2.devices.allow: /dev/nvidia-uvm rwm",
@@ -258,12 +297,14 @@ def _config_text(kind: str, rng: random.Random, vmid: int) -> str:
     return "\n".join(main) + "\n" + "".join(sections)
 
 
-def make_pve_snapshot(root: str, n: int, seed: int = 8, cluster_share: float = 0.2) -> dict[str, int]:
+def make_pve_snapshot(root: str, n: int, seed: int = 8, cluster_share: float = 0.2,
+                      kinds: dict[str, int] | None = None, kind_of: dict[str, str] | None = None) -> dict[str, int]:
     """A Proxmox VE host snapshot with `n` containers under `root` (laid out like
     examples/pve-gpu-host: etc/pve/lxc/*.conf plus etc/pve/nodes/pve{2,3}/lxc/*.conf
     for the cluster's other nodes, proc/devices with nvidia-uvm at 511,
     proc/driver/nvidia/version, proc/self/mountinfo (pure cgroup2),
-    .lxcfix/pveversion). Deterministic for a seed. Returns kind -> count."""
+    .lxcfix/pveversion). Deterministic for a seed. Returns kind -> count. kinds: the mix
+    (default KINDS; BROKEN_KINDS for the broken-heavy one); kind_of: filled with vmid -> kind."""
     rng = random.Random(seed)
     for rel in ("proc/devices", "proc/driver/nvidia/version", "proc/self/mountinfo", ".lxcfix/pveversion"):
         os.makedirs(os.path.dirname(os.path.join(root, rel)), exist_ok=True)
@@ -273,12 +314,14 @@ def make_pve_snapshot(root: str, n: int, seed: int = 8, cluster_share: float = 0
             "pve3": os.path.join(root, "etc/pve/nodes/pve3/lxc")}
     for d in dirs.values():
         os.makedirs(d, exist_ok=True)
-    names, weights = zip(*KINDS.items())
+    names, weights = zip(*(kinds or KINDS).items())
     counts: dict[str, int] = {k: 0 for k in names}
     for i in range(n):
         vmid = 100 + i
         kind = rng.choices(names, weights=weights)[0]
         counts[kind] += 1
+        if kind_of is not None:
+            kind_of[str(vmid)] = kind
         r = rng.random()
         where = "local" if r >= cluster_share else ("pve2" if r < cluster_share / 2 else "pve3")
         with open(os.path.join(dirs[where], f"{vmid}.conf"), "w") as f:

@@ -10,6 +10,19 @@ tables of one in-process run.
     python3 bench/offline_scan.py                # N=10000, R=5
     python3 bench/offline_scan.py --profile      # + where the time goes
     python3 bench/offline_scan.py -n 2000 -r 3 --small 500 --keep /tmp/snap
+    python3 bench/offline_scan.py --broken-heavy # issue 22: mostly broken GPU configs vs the read floor
+    python3 bench/offline_scan.py --smoke        # the broken-heavy mode at N=300, 1 run: seconds (CI)
+    python3 bench/offline_scan.py --broken-heavy --against /tmp/base   # + another checkout, paired
+
+--broken-heavy: a snapshot of N configs, 80% broken (stale or missing majors, GPU and tun
+bind mounts without rules: C.BROKEN_KINDS), timed through the CLI against the read floor (a
+plain read + split of the same files: one python3 process that reads every config and splits
+it into lines and each line at its first ':'), the two interleaved and the ratio taken within
+each run; and the CPU time per config of what a scan worker does for one (read, parse,
+effective view, rules, plan, diff, causes, the JSON row: scan._analyze_chunk and
+report.container_json), in one fresh process per pass that analyses each config of the
+snapshot once (as a worker does: no config twice, so no cache is warmer than in a scan),
+for the broken and the healthy configs apart. Targets (issue 22): broken <= 0.5 ms, healthy <= 0.1 ms, the scan <= 6x the floor.
 
 Figures are measured in this one run; nothing is asserted. Exit 0 unless the
 scan itself fails (wrong container count, crash).
@@ -186,6 +199,157 @@ def _short(fn: str) -> str:
     return "/".join(parts[-2:])
 
 
+# ---------------------------------------------------------------- --broken-heavy (issue 22)
+
+BROKEN_MS, HEALTHY_MS, FLOOR_RATIO = 0.5, 0.1, 6.0
+
+# The read floor: what reading the snapshot costs at all, in one plain python3 process.
+READ_FLOOR = r"""
+import os, sys
+n = 0
+for d, _, fs in os.walk(sys.argv[1]):
+    for f in fs:
+        if f.endswith(".conf"):
+            with open(os.path.join(d, f), "rb") as fh:
+                for line in fh.read().split(b"\n"):
+                    line.partition(b":")
+            n += 1
+print(n)
+"""
+
+
+def _mmm(xs, fmt="{:.3f}") -> str:
+    return "min " + fmt.format(min(xs)) + ", median " + fmt.format(C.med(xs)) + ", max " + fmt.format(max(xs))
+
+
+# One worker's pass over the snapshot, in a fresh process (cold caches, as a scan's worker starts),
+# each config once, in the snapshot's order: CPU time per config, by kind.
+PER_CONFIG = r"""
+import json, sys, time
+from dataclasses import replace
+from lxcfix import gather, repair, report, scan
+root, kinds_file = sys.argv[1], sys.argv[2]
+kinds = json.load(open(kinds_file))
+target = repair.open_target(root, None)
+tr, be = target.transport, target.backend
+facts = gather.host_facts(tr, be)
+listed = list(be.list(tr).items())
+loader = gather.include_loader(tr)
+clock = time.process_time
+out = {}
+for ct, path in listed:  # scan._analyze_chunk's loop, each config timed, then its JSON row
+    t0 = clock()
+    loaded = gather.load_container(tr, be, ct, path)
+    if loaded.config is not None:
+        facts = gather.with_snippets(tr, facts, [loaded.config])
+    rep = scan.analyze_container(facts, loaded, loader, "auto")
+    if rep.plan is not None:
+        rep.plan.diff()
+    rep = replace(rep, context=None, planned=None, causes=tuple(report.grouped(rep, facts)))
+    report.container_json(rep, True, facts)
+    out.setdefault(kinds[ct], []).append(clock() - t0)
+print(json.dumps(out))
+"""
+
+
+def per_config_ms(root: str, kinds: dict[str, str], reps: int, env: dict | None = None) -> dict[str, list[float]]:
+    """CPU ms per config (the mean over every broken, and every healthy, config of the
+    snapshot, each analysed once in one fresh process per rep) of what a scan worker does
+    for one config: read, parse, effective view, rules, plan, diff, causes, its JSON row."""
+    kinds_file = os.path.join(os.path.dirname(root), os.path.basename(root) + ".kinds.json")
+    with open(kinds_file, "w") as f:
+        json.dump(kinds, f)
+    out: dict[str, list[float]] = {"broken": [], "healthy": []}
+    for _ in range(reps):
+        p = subprocess.run([sys.executable, "-c", PER_CONFIG, root, kinds_file], capture_output=True, text=True,
+                           env=env, timeout=900, cwd=os.path.dirname(root))  # not this checkout's dir: -c's path
+        if p.returncode:
+            raise SystemExit(f"per-config pass failed: {p.stderr[-2000:]}")
+        got = json.loads(p.stdout)
+        for k, group in (("broken", C.BROKEN), ("healthy", C.HEALTHY)):
+            times = [t for kind, ts in got.items() if kind in group for t in ts]
+            if times:
+                out[k].append(sum(times) / len(times) * 1e3)
+    return out
+
+
+def broken_heavy(a, base: str) -> int:
+    root = os.path.join(base, f"broken-{a.n}")
+    if os.path.exists(root):
+        shutil.rmtree(root)
+    kinds: dict[str, str] = {}
+    t0 = time.perf_counter()
+    counts = C.make_pve_snapshot(root, a.n, seed=a.seed, kinds=C.BROKEN_KINDS, kind_of=kinds)
+    broken = sum(v for k, v in counts.items() if k in C.BROKEN)
+    print(f"\n-- broken-heavy snapshot of {a.n:,} configs in {root}: {broken:,} broken "
+          f"({100 * broken / a.n:.0f}%), made in {C.s(time.perf_counter() - t0)}")
+    print("   mix: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+    doc = sanity(root, a.n)
+    b, sm = doc["_bench"], doc["summary"]
+    print(f"   sanity run ok (exit {b['exit']}): {sm['error']} errors, {sm['warning']} warnings, {sm['info']} info; "
+          f"{b['planned']} with a plan; {b['internal_errors']} internal errors; JSON {b['json_bytes'] / 1e6:.1f} MB")
+    if b["internal_errors"]:
+        raise SystemExit(f"{b['internal_errors']} containers failed with an internal error")
+
+    floor_argv = [sys.executable, "-c", READ_FLOOR, os.path.join(root, "etc")]
+    C.timed_run(floor_argv)  # warm the page cache
+    order = [("floor", floor_argv, None), ("scan", scan_argv(root), None)]
+    if a.against:  # another checkout's lxcfix, the same command, in the same runs (run from the
+        # snapshot's dir: `python -m` would find this checkout's lxcfix in the working directory)
+        env = dict(os.environ, PYTHONPATH=os.path.abspath(a.against))
+        order.append(("against", [sys.executable, "-m", "lxcfix"] + scan_argv(root)[len(C.lxcfix_argv()):], env))
+        C.timed_run(order[-1][1], env=env, ok_codes=(0, 1), cwd=base)  # its byte-code
+    walls: dict[str, list[float]] = {name: [] for name, _, _ in order}
+    cpus: dict[str, list[float]] = {name: [] for name, _, _ in order}
+    ratios, cpu_ratios, paired = [], [], []
+    for i in range(a.reps):
+        for name, argv, env in (order if i % 2 == 0 else order[::-1]):
+            walls[name].append(C.timed_run(argv, env=env, ok_codes=(0, 1), cwd=base if env else None)[0])
+            cpus[name].append(C.last_cpu)
+        ratios.append(walls["scan"][-1] / walls["floor"][-1])
+        cpu_ratios.append(cpus["scan"][-1] / cpus["floor"][-1])
+        if a.against:
+            paired.append(cpus["against"][-1] / cpus["scan"][-1])
+    print(f"\n-- {a.reps} runs, the floor and the scan interleaved ({C.load()})")
+    print(f"   read floor (python3: read + split every config): wall {_mmm(walls['floor'])} s; "
+          f"CPU {_mmm(cpus['floor'])} s")
+    print(f"   lxcfix scan --root DIR --no-probe --json:       wall {_mmm(walls['scan'])} s; "
+          f"CPU {_mmm(cpus['scan'])} s")
+    print(f"   scan / floor within each run: wall {_mmm(ratios, '{:.2f}x')}; CPU {_mmm(cpu_ratios, '{:.2f}x')}")
+    if a.against:
+        print(f"   --against {a.against}: wall {_mmm(walls['against'])} s; CPU {_mmm(cpus['against'])} s; "
+              f"its CPU / this checkout's, within each run: {_mmm(paired, '{:.2f}x')}")
+
+    ms = per_config_ms(root, kinds, a.reps)
+    print(f"\n-- CPU per config: one worker's pass over the snapshot in a fresh process, each config once "
+          f"(the mean over its {broken:,} broken and {a.n - broken:,} healthy configs; {a.reps} passes; {C.load()})")
+    for k in ("broken", "healthy"):
+        if ms[k]:
+            print(f"   {k:<8} {_mmm(ms[k])} ms")
+    if a.against:
+        other = per_config_ms(root, kinds, a.reps, dict(os.environ, PYTHONPATH=os.path.abspath(a.against)))
+        for k in ("broken", "healthy"):
+            if other[k]:
+                print(f"   {k:<8} {_mmm(other[k])} ms  --against {a.against} "
+                      f"(median {C.med(other[k]) / C.med(ms[k]):.2f}x this checkout's)")
+
+    print(f"\n-- targets (issue 22), {a.n:,} configs on this {os.cpu_count()}-core machine; {C.load()}")
+    rows = [(f"a broken config <= {BROKEN_MS} ms (median)", ms["broken"], BROKEN_MS, "{:.3f} ms"),
+            (f"a healthy config <= {HEALTHY_MS} ms (median)", ms["healthy"], HEALTHY_MS, "{:.3f} ms"),
+            (f"the scan <= {FLOOR_RATIO:.0f}x the read floor, same run (median wall ratio)", ratios, FLOOR_RATIO,
+             "{:.2f}x")]
+    for label, xs, target, fmt in rows:
+        if not xs:
+            continue
+        print(f"   {label}: {_mmm(xs, fmt)}: {C.verdict(C.med(xs), target)}")
+    if a.n != TARGET_N:
+        print(f"   (ran -n {a.n}, not {TARGET_N:,}: the ratio target is for {TARGET_N:,} configs)")
+    if a.profile:
+        print("\n-- where the time goes (this snapshot)")
+        phases(root)
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("-n", type=int, default=TARGET_N, help="configs in the big snapshot (default 10000)")
@@ -194,12 +358,25 @@ def main() -> int:
     ap.add_argument("--profile", action="store_true", help="phase breakdown + cProfile top 15")
     ap.add_argument("--seed", type=int, default=8)
     ap.add_argument("--keep", metavar="DIR", help="generate into DIR and keep it (default: a temp dir, removed)")
+    ap.add_argument("--broken-heavy", action="store_true",
+                    help="issue 22: a mostly broken snapshot, per-config ms and the ratio to the read floor")
+    ap.add_argument("--smoke", action="store_true", help="--broken-heavy at N=300, 1 run: seconds (CI)")
+    ap.add_argument("--against", metavar="DIR", help="--broken-heavy: also time this checkout's lxcfix "
+                    "(PYTHONPATH=DIR python3 -m lxcfix), in the same runs")
     a = ap.parse_args()
+    if a.smoke:
+        a.broken_heavy, a.n, a.reps, a.small, a.profile = True, 300, 1, 0, False
 
     C.header("lxcfix offline scan benchmark")
     print(f"   CLI: {' '.join(C.lxcfix_argv())} scan --root DIR --no-probe --json (stdout to /dev/null)")
     base = a.keep or tempfile.mkdtemp(prefix="lxcfix-bench-scan-")
     os.makedirs(base, exist_ok=True)
+    if a.broken_heavy:
+        try:
+            return broken_heavy(a, base)
+        finally:
+            if not a.keep:
+                shutil.rmtree(base, ignore_errors=True)
     try:
         sizes = [a.n] + ([a.small] if a.small else [])
         roots = {}

@@ -7,6 +7,8 @@
 
 from __future__ import annotations
 
+import re
+
 _DEC = "0123456789"
 _HEX = "0123456789abcdefABCDEF"
 
@@ -27,3 +29,14 @@ def excerpt(text: str, size: int = 80) -> str:
     evidence and error messages show of input nobody vouches for."""
     data = text.encode("utf-8", "surrogateescape") if isinstance(text, str) else bytes(text)
     return repr(data[:size])[2:-1] + ("..." if len(data) > size else "")
+
+
+# C0 controls but tab and newline, DEL, and C1: what a container or a config may
+# hold to move the cursor, retitle the terminal or write the clipboard (OSC 52).
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def clean(text: object) -> str:
+    """Text from a container or a config, safe for a terminal: control bytes
+    shown as \\xNN. (rich's Text never reads markup; this stops the escapes.)"""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))

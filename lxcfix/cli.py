@@ -97,15 +97,7 @@ def Table(*args, **kw):  # noqa: N802
 
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan", "ok": "green"}
 
-# C0 controls but tab and newline, DEL, and C1: what a container or a config may
-# hold to move the cursor, retitle the terminal or write the clipboard (OSC 52).
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def clean(text: object) -> str:
-    """Text from a container or a config, safe for a terminal: control bytes
-    shown as \\xNN. (rich's Text never reads markup; this stops the escapes.)"""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))
+from .bounded import clean  # noqa: E402  (text from a container or a config, safe for a terminal)
 
 
 def say(text: object = "", style: str | None = None, console: "_Console | None" = None) -> None:

@@ -998,7 +998,18 @@ CODES: dict[str, Code] = {c.code: c for c in (
 
 def where(**want) -> frozenset[str]:
     """The codes whose records have these values: where(live=True), where(hook="block")."""
-    return frozenset(c.code for c in CODES.values() if all(getattr(c, k) == v for k, v in want.items()))
+    return _where(tuple(sorted(want.items())))
+
+
+_WHERE: dict[tuple, frozenset[str]] = {}
+
+
+def _where(want: tuple) -> frozenset[str]:
+    # CODES is fixed at import, so each query is answered once (causes asks per cause).
+    hit = _WHERE.get(want)
+    if hit is None:
+        hit = _WHERE[want] = frozenset(c.code for c in CODES.values() if all(getattr(c, k) == v for k, v in want))
+    return hit
 
 
 def record(code: str) -> Code:

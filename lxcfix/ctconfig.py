@@ -59,6 +59,26 @@ class Line(NamedTuple):
         return b"\n" if self.raw.endswith(b"\n") else b""
 
 
+class cached:  # noqa: N801  (a decorator, named like functools.cached_property)
+    """functools.cached_property without its lock (Python 3.11 takes one per first read: a scan
+    makes a few per config): the value is computed on first read and kept in the instance's
+    __dict__, which every later read finds first. Pure values only (two threads may both compute)."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.name = fn.__name__
+        self.__doc__ = fn.__doc__
+
+    def __set_name__(self, owner, name):
+        self.name = name
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self
+        value = obj.__dict__[self.name] = self.fn(obj)
+        return value
+
+
 @dataclass(frozen=True)
 class CtConfig:
     """A parsed config. `path` is where it came from (for messages)."""
@@ -67,15 +87,15 @@ class CtConfig:
     lines: tuple[Line, ...]
     path: str = ""
 
-    @functools.cached_property
+    @cached
     def raw(self) -> bytes:
         return b"".join(line.raw for line in self.lines)
 
-    @functools.cached_property
+    @cached
     def digest(self) -> str:
         return digest(self.raw)
 
-    @functools.cached_property
+    @cached
     def _main(self) -> tuple[tuple[int, Line], ...]:
         out = []
         for i, line in enumerate(self.lines):
@@ -84,7 +104,7 @@ class CtConfig:
             out.append((i, line))
         return tuple(out)
 
-    @functools.cached_property
+    @cached
     def _items(self) -> tuple[tuple[str, str], ...]:
         return tuple((ln.key, ln.value) for _, ln in self._main if ln.key is not None)
 
@@ -98,7 +118,7 @@ class CtConfig:
     def values(self, key: str) -> list[str]:
         return [v for k, v in self._items if k == key]
 
-    @functools.cached_property
+    @cached
     def _last(self) -> dict[str, str]:
         return dict(self._items)
 
@@ -181,6 +201,16 @@ def _split_key(text: str, flavor: Flavor) -> tuple[str, str] | None:
 
 
 def parse_line(raw: bytes, section: str | None, flavor: Flavor) -> Line:
+    """One line (a Line is immutable, so equal bytes share one: the configs of a host repeat
+    most of their lines, `arch: amd64`, the GPU's rule and mount lines); only short lines
+    are kept, so a hostile file cannot fill the table with big ones."""
+    return (_parse_line if len(raw) <= _SHARED_LINE else _read_line)(raw, section, flavor)
+
+
+_SHARED_LINE = 256
+
+
+def _read_line(raw: bytes, section: str | None, flavor: Flavor) -> Line:
     head = raw.lstrip()[:1]
     if not head or head == b"#":  # blank or comment: the common cheap case
         return Line(raw, section)
@@ -195,6 +225,9 @@ def parse_line(raw: bytes, section: str | None, flavor: Flavor) -> Line:
     return Line(raw, section, key=kv[0], value=kv[1])
 
 
+_parse_line = functools.lru_cache(maxsize=8192)(_read_line)
+
+
 def parse(raw: bytes, flavor: Flavor, path: str = "") -> CtConfig:
     """Never raises: lines it cannot read are kept, marked bad. Proxmox files:
     everything from the first `[section]` on is one line, kept byte for byte and
@@ -206,7 +239,7 @@ def parse(raw: bytes, flavor: Flavor, path: str = "") -> CtConfig:
         if m:
             raw, tail = raw[:m.start()], raw[m.start():]
     for chunk in split_lines(raw):
-        lines.append(parse_line(chunk, MAIN, flavor))
+        lines.append((_parse_line if len(chunk) <= _SHARED_LINE else _read_line)(chunk, MAIN, flavor))
     if tail:
         first = tail.split(b"\n", 1)[0].decode("utf-8", "surrogateescape")
         header = _SECTION.match(first)
@@ -246,7 +279,12 @@ def serialize(cfg: CtConfig) -> bytes:
 
 def is_devn_key(key: str | None) -> bool:
     """`dev0` .. `dev255`: a Proxmox device passthrough entry (ASCII digits only)."""
-    return bool(key) and key.startswith("dev") and _DEVN_INDEX.fullmatch(key[3:]) is not None and int(key[3:]) <= 255
+    return bool(key) and key.startswith("dev") and _is_devn(key)
+
+
+@functools.lru_cache(maxsize=1024)  # a host's configs share a few hundred keys
+def _is_devn(key: str) -> bool:
+    return _DEVN_INDEX.fullmatch(key[3:]) is not None and int(key[3:]) <= 255
 
 
 _DEVN_INDEX = re.compile(r"0|[1-9][0-9]{0,2}")

@@ -391,6 +391,13 @@ class RuleError(ValueError):
 
 
 def parse_rule(value: str, allow: bool = True) -> DeviceRule:
+    """Every form LXC takes: `a`, `c 195:* rwm`, `b 8:* r`, `/dev/net/tun rw` (memoized: a
+    DeviceRule is frozen, and a host's configs repeat a few rule lines; RuleError is raised each time)."""
+    return _parse_rule(value, allow) if len(value) <= 256 else _parse_rule.__wrapped__(value, allow)
+
+
+@functools.lru_cache(maxsize=2048)
+def _parse_rule(value: str, allow: bool = True) -> DeviceRule:
     """Every form LXC takes: `a`, `c 195:* rwm`, `b 8:* r`, `/dev/net/tun rw`."""
     v = value.strip()
     if v == "a" or re.fullmatch(r"a(\s+\*:\*)?(\s+[rwm]+)?", v):
@@ -592,12 +599,24 @@ class LxcDeviceList:
         self.mode: Mode = "allowlist"
         self.entries: list[_Entry] = []  # LXC list order: head (newest) first
         self.touched: _Entry | None = None  # the entry the last add() added, flipped or reused
+        self._shared = False  # entries are another list's (shared()): copied before one is flipped
 
     def copy(self) -> "LxcDeviceList":
         """An independent copy (entries are flipped in place by later lines)."""
         dl = LxcDeviceList()
         dl.mode = self.mode
         dl.entries = [_Entry(e.kind, e.major, e.minor, e.access, e.allow, e.origin) for e in self.entries]
+        return dl
+
+    def shared(self) -> "LxcDeviceList":
+        """A copy whose entries are this list's own objects until a later line flips one (then
+        that one is copied first): RuleSet.replay continues the cached prefix of every
+        container of a host without copying it each time. Not for replay_outcomes, which
+        tells entries apart by identity."""
+        dl = LxcDeviceList()
+        dl.mode = self.mode
+        dl.entries = list(self.entries)
+        dl._shared = True
         return dl
 
     def emitted(self, e: _Entry) -> bool:  # bpf_device_add: only the mode's polarity is compiled
@@ -628,15 +647,18 @@ class LxcDeviceList:
             self.mode = "denylist" if entry.allow else "allowlist"
             self.entries = []
             return "mode"
-        for cur in self.entries:
+        for at, cur in enumerate(self.entries):
             if (cur.kind, cur.major, cur.minor, cur.access) != (entry.kind, entry.major, entry.minor, entry.access):
                 continue
             if not self.emitted(cur):
                 continue
-            self.touched = cur
             if cur.allow != entry.allow:
+                if self._shared:  # the cached prefix's entry stays as it was
+                    cur = self.entries[at] = _Entry(cur.kind, cur.major, cur.minor, cur.access, cur.allow, cur.origin)
+                self.touched = cur
                 cur.allow = entry.allow
                 return "switched"
+            self.touched = cur
             return "reused"
         self.entries.insert(0, entry)
         self.touched = entry
@@ -770,8 +792,13 @@ def _replayed_prefix(prefix: tuple[tuple[str, str, str], ...]):
 
 def _ruleset_of(dl) -> "RuleSet":
     emitted = [e for e in reversed(dl.entries) if dl.emitted(e)]
-    rules = tuple(SourcedRule(_entry_rule(e.kind, e.major, e.minor, e.access, e.allow), e.origin) for e in emitted)
+    rules = tuple(_sourced(e.kind, e.major, e.minor, e.access, e.allow, e.origin) for e in emitted)
     return RuleSet(dl.mode, rules, bool(dl.entries))
+
+
+@functools.lru_cache(maxsize=4096)  # immutable; the shared prefix's rules recur in every container
+def _sourced(kind: str, major: int, minor: int, access: str, allow: bool, origin: str) -> "SourcedRule":
+    return SourcedRule(_entry_rule(kind, major, minor, access, allow), origin)
 
 
 @functools.lru_cache(maxsize=64)
@@ -820,7 +847,7 @@ class RuleSet:
         clears = any(not v.strip() for _, v, _ in lines[shared:])
         cached = _replayed_prefix(tuple(lines[:shared])) if shared and not clears else None
         if cached is not None:
-            dl = cached.copy()
+            dl = cached.shared()
             rest = lines[shared:]
         else:
             dl = LxcDeviceList()

@@ -8,12 +8,11 @@ foresight (what maintenance will break) runs only for `lxcfix audit`; upgrade
 
 from __future__ import annotations
 
-import functools
 import re
 from dataclasses import dataclass, replace
 
 from ..codes import make
-from ..ctconfig import CtConfig
+from ..ctconfig import CtConfig, cached
 from ..effective import Effective
 from ..model import Finding, HostFacts, ProbeResult
 from ..styles import choose_style
@@ -44,19 +43,19 @@ class Context:
     # Files read from the container's own rootfs (lxcfix.rootfs.Rootfs), or None when not read.
     rootfs: object | None = None
 
-    @functools.cached_property
+    @cached
     def style(self) -> tuple[str, str]:
         """(style, why): raises BadInput for a style this container cannot take."""
         return choose_style(self.requested, self.config.flavor, self.facts)
 
-    @functools.cached_property
+    @cached
     def needs(self):
         """allowlist.analyze(self), computed once: the checks and their fixes all read it."""
         from .allowlist import analyze
 
         return analyze(self)
 
-    @functools.cached_property
+    @cached
     def repairs(self):
         """allowlist.repairs(self): the fixes of what is broken, computed once, so a
         probe finding and a config finding about one device carry the same fix."""
@@ -64,7 +63,7 @@ class Context:
 
         return repairs(self)
 
-    @functools.cached_property
+    @cached
     def access(self):
         """access.analyze(self), computed once: who inside may open the group-access nodes, and the fixes."""
         from .access import analyze

@@ -24,7 +24,7 @@ IO_MODULES = (
     "subprocess", "socket", "multiprocessing", "paramiko", "fabric", "invoke",
     "lxcfix.transport", "lxcfix.ssh", "lxcfix.gather", "lxcfix.observe", "lxcfix.scan", "lxcfix.fleet",
     "lxcfix.apply", "lxcfix.transaction", "lxcfix.steps", "lxcfix.atomicfile", "lxcfix.backends", "lxcfix.repair",
-    "lxcfix.cli", "lxcfix.hook", "lxcfix.hostfix", "lxcfix.api", "lxcfix.inventory_io",
+    "lxcfix.cli", "lxcfix.hook", "lxcfix.hostfix", "lxcfix.api", "lxcfix.inventory_io", "lxcfix.entry",
 )
 PROBE = """
 import json, sys
