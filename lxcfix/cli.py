@@ -130,8 +130,9 @@ def _print_host(rep: HostReport, show_ok: bool = True) -> None:
     out.print(table)
 
 
-def _print_findings(findings, ct_label: bool = True, evidence: bool = False) -> None:
-    """Every finding, one by one (-v): containers in vmid order."""
+def _print_findings(findings, ct_label: bool = True, evidence: bool = False,
+                    reach: "causes.Reach | None" = None) -> None:
+    """Every finding, one by one (-v): containers in vmid order; reach: where the commands shown act."""
     for f in sorted(report.sort_findings(findings), key=lambda f: causes.ct_order(f.ct)):
         line = Text()
         if ct_label:
@@ -147,7 +148,9 @@ def _print_findings(findings, ct_label: bool = True, evidence: bool = False) -> 
         if f.fix is not None:
             say(f"{pad}  fix: {f.fix.title}", "green")
         if f.live_fixable:
-            say(f"{pad}  fixable live, without a restart: lxcfix apply --ct {f.ct} --live", "green")
+            live = (reach or causes.LOCAL).apply(f.ct, "--live") if not (reach and reach.root) else None
+            if live:
+                say(f"{pad}  fixable live, without a restart: {live}", "green")
 
 
 CAUSE_STYLE = {**SEVERITY_STYLE, "proof": None, "fix": "green", "symptom": "dim", "note": "dim"}
@@ -381,7 +384,7 @@ def scan(
                 any_findings = True
                 out.print()
                 if verbose:
-                    _print_findings(findings)
+                    _print_findings(findings, reach=reach)
                 for c in cts if not verbose else ():
                     if c.findings:
                         say(f"CT {c.ct}" + (f" ({c.status})" if c.status else ""), "bold")
@@ -421,7 +424,7 @@ def diagnose(
         if not c.findings:
             say("no problems found", "green")
         elif verbose:
-            _print_findings(c.findings, ct_label=False, evidence=True)
+            _print_findings(c.findings, ct_label=False, evidence=True, reach=_reach(root))
         else:
             _print_causes(c, rep.facts, _reach(root))
             _hint()

@@ -311,3 +311,19 @@ def test_commands_are_quoted_and_reach_where_the_report_was_made():
     assert fleet.show("diagnose", "200") == "lxcfix scan --inventory inv.yaml --host hv1 --ct 200"
     assert fleet.command("lxcfix host-fix --yes    # why") == "ssh -t -p 2222 root@10.0.0.5 'lxcfix host-fix --yes'    # why"
     assert causes.LOCAL.command("pct reboot 304") == "pct reboot 304"
+
+
+def test_a_fleet_hosts_commands_reach_it_as_the_scan_did():
+    """`apply` takes no --inventory: a fleet host's fix runs there over ssh, as the scan reached it."""
+    from lxcfix import inventory
+
+    text = ("all:\n  hosts:\n    hv1:\n      ansible_host: 10.0.0.5\n      ansible_port: 2222\n"
+            "      ansible_user: root\n      ansible_ssh_private_key_file: /keys/id\n    here:\n"
+            "      ansible_connection: local\n")
+    hv1, here = inventory.load(text, "inv.yaml").select(None)
+    req = cli.FleetRequest("inv.yaml", known_hosts="/kh", ssh_config="/cfg")
+    reach = cli._ssh_reach(hv1, req)
+    assert reach.apply("200") == ("ssh -t -F /cfg -o UserKnownHostsFile=/kh -p 2222 -i /keys/id root@10.0.0.5 "
+                                  "'lxcfix apply --ct 200'")
+    assert reach.show("diagnose", "200") == "lxcfix scan --inventory inv.yaml --host hv1 --ct 200"
+    assert cli._ssh_reach(here, req) == causes.LOCAL
