@@ -9,6 +9,7 @@ repair.py's flows; nothing here prints or exits.
     api.scan()                           -> the `lxcfix scan --json` document (schema 1), running CTs probed
     api.scan(cts=["200"], probe=False, root="/tmp/snap")
     api.pending()                        -> ["200", "201"]: the containers whose plan changes something
+    api.clean()                          -> {"200": True, ...}: each container checks clean as it is
     api.fix("200", check=True)           # check mode: the same plan and transaction, checked, nothing done
     -> {"ct": "200", "host": "localhost", "path": "/etc/pve/lxc/200.conf", "check": True,
         "changed": True, "before": b"arch: amd64\\n...", "after": b"arch: amd64\\n...dev0: ...\\n",
@@ -32,7 +33,10 @@ What the fields mean:
 - verified: the apply's verify step ran and passed: the file on disk is the
   planned one and, when the container runs, a probe inside and its running
   device program show none of the problems the plan was for (False in check
-  mode, and where no verify runs: a snapshot, or restart=False).
+  mode, and where no verify runs: a snapshot, or restart=False). When nothing
+  needed doing (changed False), the state found: True when the container checks
+  clean, probed inside when it runs (none of the findings a verify must not see).
+- host: the caller's name for the host (`host=`: Ansible's inventory_hostname), else the host's own.
 - findings: the container's findings before the change, as `--json` shows them.
 - verdict: in check mode, what the transaction's check (Transaction.check())
   found before acting (None otherwise); when it fails, fix raises its error.
@@ -59,7 +63,7 @@ from .errors import BadInput, LxcfixError
 
 API_VERSION = 1
 
-__all__ = ["API_VERSION", "LxcfixError", "TooOld", "fix", "pending", "require", "scan", "version"]
+__all__ = ["API_VERSION", "LxcfixError", "TooOld", "clean", "fix", "pending", "require", "scan", "version"]
 
 
 class TooOld(LxcfixError):
@@ -92,12 +96,36 @@ def require(minimum: str) -> str:
 
 
 def scan(cts: list[str] | None = None, *, probe: bool = True, style: str = "auto",
-         root: str | None = None) -> dict:
+         root: str | None = None, host: str | None = None, host_nodes: bool = True) -> dict:
     """`lxcfix scan --json` of this host (or of the snapshot `root`): schema 1,
     {"schema", "tool", "version", "command": "scan", "hosts", "containers", "summary"}.
-    probe: look inside running containers (live hosts only)."""
+    probe: look inside running containers (live hosts only). host: the name the
+    document gives the host (a caller's own, Ansible's inventory_hostname; default:
+    the host's). host_nodes: the host's device nodes in its facts (about 100 on a
+    hypervisor); without, `device_nodes` is left out."""
     target = repair.open_target(root)
-    return report.document("scan", [repair.scan(target, list(cts) if cts else None, style, probe=probe)])
+    doc = report.document("scan", [repair.scan(target, list(cts) if cts else None, style, probe=probe)])
+    if not host_nodes:
+        for h in doc["hosts"]:
+            if h.get("facts"):
+                h["facts"].pop("device_nodes", None)
+    return _named(doc, host)
+
+
+def _named(doc: dict, host: str | None) -> dict:
+    """The document with every `host` field the caller's name for the host."""
+    if host is None:
+        return doc
+    for h in doc["hosts"]:
+        h["host"] = host
+        for f in h.get("findings", ()):
+            f["host"] = host
+    for c in doc["containers"]:
+        c["host"] = host
+        for f in c["findings"]:
+            if "host" in f:
+                f["host"] = host
+    return doc
 
 
 def pending(*, style: str = "auto", root: str | None = None) -> list[str]:
@@ -108,7 +136,7 @@ def pending(*, style: str = "auto", root: str | None = None) -> list[str]:
 
 
 def fix(ct: str, *, style: str = "auto", live: bool = False, restart: bool = True, check: bool = True,
-        root: str | None = None) -> dict:
+        root: str | None = None, host: str | None = None) -> dict:
     """Plan one container's repair and, unless check, apply it as `lxcfix apply
     --yes` does (backup, atomic write, restart or --live, verify, roll back on
     failure). check=True checks that transaction and does nothing: the result says
@@ -123,13 +151,15 @@ def fix(ct: str, *, style: str = "auto", live: bool = False, restart: bool = Tru
     status = target.backend.status(target.transport, ct) if target.live else None
     running = status == "running"
     out = {
-        "ct": c.ct, "host": c.host, "path": c.path, "check": check, "changed": not p.is_empty,
+        "ct": c.ct, "host": host or c.host, "path": c.path, "check": check, "changed": not p.is_empty,
         "before": p.before, "after": p.after, "diff": p.diff(), "style": p.style, "style_reason": p.style_reason,
         "status": status, "live": live, "restarted": False, "restart_required": False, "backup_file": None,
         "verified": False, "step_reached": None, "steps": [], "verdict": None,
         "findings": [f.to_json() for f in report.sort_findings(c.findings)],
     }
     if p.is_empty:
+        if not check:  # nothing to do: the state found, checked as the apply's verify would
+            out["verified"] = _checks_clean(target, ct, style, status == "running")
         return out
     tx = repair.apply_transaction(target, c, rep.facts, restart=restart, live=live)
     out["steps"] = tx.describe_steps()
@@ -145,3 +175,26 @@ def fix(ct: str, *, style: str = "auto", live: bool = False, restart: bool = Tru
     out["verified"] = result.verified
     out["step_reached"] = result.reached
     return out
+
+
+def clean(cts: list[str] | None = None, *, style: str = "auto", root: str | None = None) -> dict[str, bool]:
+    """Each container (default: every one of the host): True when it checks clean as it is,
+    probed inside when it runs (what `fix` reports as `verified` when nothing needs doing)."""
+    target = repair.open_target(root)
+    names = list(cts) if cts else [c.ct for c in repair.scan(target, None, style, probe=False).containers]
+    out = {}
+    for ct in names:
+        running = target.live and target.backend.status(target.transport, ct) == "running"
+        out[ct] = _checks_clean(target, ct, style, running)
+    return out
+
+
+def _checks_clean(target, ct: str, style: str, running: bool) -> bool:
+    """A container nothing needs doing to has none of the findings a verified change must
+    leave none of (codes.must_be_absent: the device denied or absent, the running device
+    program not the config's, the probe unusable), probed inside when it runs."""
+    from . import codes
+
+    _, c = repair.one(target, ct, style, probe=running)
+    fixed = codes.fixed_devices(c.findings)
+    return not c.error and not any(codes.must_be_absent(f, fixed) for f in c.findings)

@@ -65,11 +65,24 @@ class AuditItem:
     device: str | None = None
     path: str | None = None  # the config file a "config" change goes in
     cause: str = ""  # the cause id of the finding it comes from (lxcfix.causes), as scan's JSON gives it
+    applies: bool = False  # `lxcfix apply --ct CT` makes the change (the container's plan holds it)
 
-    def to_json(self) -> dict:
+    def commands(self, reach: causes.Reach | None = None) -> tuple[str, ...]:
+        """What to run for it, as printed (causes.Reach: this host, a snapshot's copy, a fleet
+        host): `lxcfix apply` for a change the plan makes; a host change's own commands; none
+        for a change made by hand (the change says what to write)."""
+        reach = reach or causes.LOCAL
+        if self.applies:
+            return (reach.apply(self.ct),)
+        if self.kind == "command":
+            return tuple(reach.command(line) for line in self.change.splitlines()
+                         if line.strip() and not line.startswith("#"))
+        return ()
+
+    def to_json(self, reach: causes.Reach | None = None) -> dict:
         return {"code": self.code, "severity": self.severity, "message": self.why, "outcome": self.outcome,
                 "device": self.device, "change": self.change, "change_kind": self.kind, "path": self.path,
-                "cause": self.cause}
+                "cause": self.cause, "applies": self.applies, "commands": list(self.commands(reach))}
 
 
 @dataclass(frozen=True)
@@ -194,10 +207,12 @@ class _Ct:
 
     def item(self, f: Finding, outcome: str, why: str, fix: Fix | None = None, kind: str | None = None,
              device: str | None = None) -> AuditItem:
-        kind_, change = self.render(fix if fix is not None else f.fix)
+        used = fix if fix is not None else f.fix
+        kind_, change = self.render(used)
         kind = kind or kind_
         return AuditItem(self.h.host, self.c.ct, f.code, f.severity, outcome, why, change, kind,
-                         device if device is not None else f.device, self.c.path if kind == "config" else None)
+                         device if device is not None else f.device, self.c.path if kind == "config" else None,
+                         applies=kind == "config" and used is not None and used.applies)
 
     def render(self, fix: Fix | None) -> tuple[str, str]:
         """(kind, change) of a fix: its edits as `- old` / `+ new` lines, else its commands, else its title."""
@@ -224,15 +239,18 @@ class _Ct:
     def items(self) -> list[AuditItem]:
         out: list[AuditItem] = []
         cause = dict(zip(map(id, self.c.findings), causes.ids(self.c.findings, self.facts)))
+        planned = self.c.plan is not None and not self.c.plan.is_empty  # `lxcfix apply` makes its fixes
         for f in sorted(self.c.findings, key=lambda f: (f.code, f.device or "")):
             handler = _HANDLERS.get(f.code)
             got = handler(self, f) if handler else None
             if got is not None:
-                out.append(replace(got, cause=cause[id(f)]))
+                out.append(replace(got, cause=cause[id(f)], applies=got.applies and planned))
         if self.ctx is not None:
             ahead = foresight.check(self.ctx, self.occasion, self.c.findings)
             for f, cid in zip(ahead, causes.ids(ahead, self.facts)):
-                out.append(replace(self.item(f, foresight.outcome(f, self.occasion), f.message), cause=cid))
+                # what only maintenance needs is no finding of the scan's: no plan makes it
+                out.append(replace(self.item(f, foresight.outcome(f, self.occasion), f.message), cause=cid,
+                                   applies=False))
         return out
 
     # -- from findings
@@ -246,7 +264,8 @@ class _Ct:
             return AuditItem(self.h.host, self.c.ct, f.code, f.severity, "will", why,
                              f"lxcfix plan --ct {self.c.ct}", "command", f.device)
         return AuditItem(self.h.host, self.c.ct, f.code, f.severity, "will", why,
-                         "\n".join(f"{l[0]} {l[1:]}" for l in lines), "config", f.device, self.c.path)
+                         "\n".join(f"{l[0]} {l[1:]}" for l in lines), "config", f.device, self.c.path,
+                         applies=True)
 
     def v1_key(self, f: Finding) -> AuditItem | None:
         if self.for_ in ("lxc-upgrade", "pve-upgrade") and self.ctx is not None:
@@ -402,7 +421,9 @@ def summary(report: AuditReport) -> dict:
             "unreachable": sum(1 for h in report.hosts if h.error)}
 
 
-def to_json(report: AuditReport) -> dict:
+def to_json(report: AuditReport, reach: Mapping[str, causes.Reach] | None = None) -> dict:
+    """reach: host -> where the items' commands act (default: that host itself)."""
+    reach = reach or {}
     return {
         "schema": SCHEMA,
         "tool": "lxcfix",
@@ -422,7 +443,7 @@ def to_json(report: AuditReport) -> dict:
         ],
         "containers": [
             {"host": h.host, "ct": ct, "path": path, "outcome": report.outcome_of(h.host, ct),
-             "findings": [i.to_json() for i in report.items_of(h.host, ct)]}
+             "findings": [i.to_json(reach.get(h.host)) for i in report.items_of(h.host, ct)]}
             for h in report.hosts for ct, path in h.containers
         ],
         "summary": summary(report),
@@ -439,9 +460,12 @@ def _host_flag(host: str, flags: Mapping[str, str] | None) -> str:
     return "" if host in ("localhost", "local", "127.0.0.1") else f" --host {host}"
 
 
-def to_markdown(report: AuditReport, host_flags: Mapping[str, str] | None = None) -> str:
+def to_markdown(report: AuditReport, host_flags: Mapping[str, str] | None = None,
+                reach: Mapping[str, causes.Reach] | None = None) -> str:
     """A change ticket. host_flags: host -> the lxcfix option that reaches it in
-    the verify commands ("" for this host; default `--host H` for other names)."""
+    the verify commands ("" for this host; default `--host H` for other names);
+    reach: host -> where its commands act (causes.Reach), instead: every command then
+    runs as printed (a snapshot's change on a copy, a fleet host's over ssh)."""
     event = report.event
     s = summary(report)
     at_risk = s["will"] + s["may"]
@@ -491,10 +515,16 @@ def to_markdown(report: AuditReport, host_flags: Mapping[str, str] | None = None
             what = ", ".join(f"{i.code}" + (f" {i.device}" if i.device else "") for i in group)
             out += ["", f"#### CT {ct}: {what}", ""]
             if kind == "config":
-                extra = (f" (or `lxcfix apply --ct {ct}{_host_flag(h.host, host_flags)}`, which makes this "
-                         "change with a backup and a verify)") if group[0].code in ("LXF100", "LXF101") else ""
+                apply = (reach[h.host].apply(ct) if reach is not None and h.host in reach
+                         else f"lxcfix apply --ct {ct}{_host_flag(h.host, host_flags)}")
+                applies = any(i.applies for i in group) if reach is not None else \
+                    group[0].code in ("LXF100", "LXF101")
+                extra = (f" (or `{apply}`, which makes this change with a backup and a verify)") if applies else ""
                 out += [f"In `{path}`{extra}:", "", "```diff", change, "```"]
             elif kind == "command":
+                if reach is not None and h.host in reach:
+                    change = "\n".join(line if line.startswith("#") else reach[h.host].command(line)
+                                        for line in change.splitlines())
                 out += ["On the host:", "", "```sh", change, "```"]
             else:
                 out += [change]
@@ -502,6 +532,13 @@ def to_markdown(report: AuditReport, host_flags: Mapping[str, str] | None = None
     for h in report.hosts:
         flag = _host_flag(h.host, host_flags)
         to = f" --to-kernel {report.to_kernel}" if report.for_ == "kernel-upgrade" and report.to_kernel else ""
+        if reach is not None and h.host in reach:
+            r = reach[h.host]
+            more = ("--to-kernel", report.to_kernel) if to else ()
+            out.append(f"{r.show('audit', None, '--for', report.for_, *more)}    # nothing left at risk")
+            out.append(f"{r.show('scan')}    # every container probed inside: no errors")
+            out += [r.show("diagnose", ct) for ct in _unique(i.ct for i in report.items_of(h.host))]
+            continue
         out.append(f"lxcfix audit --for {report.for_}{to}{flag}    # nothing left at risk")
         out.append(f"lxcfix scan{flag}    # every container probed inside: no errors")
         for ct in _unique(i.ct for i in report.items_of(h.host)):

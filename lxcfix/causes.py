@@ -34,6 +34,7 @@ same on every run for the same problem. Every finding keeps its place in
 from __future__ import annotations
 
 import hashlib
+import shlex
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
@@ -78,21 +79,101 @@ class Cause:
     def fix(self) -> Fix | None:
         return self.fixes[0] if self.fixes else None
 
-    def commands(self, where: str = "", snapshot: bool = False) -> tuple[str, ...]:
-        """What to run. where: the flags that reach the host (" --root DIR", " --host H");
-        snapshot: a --root snapshot, where apply edits files and restarts nothing."""
+    def commands(self, reach: "Reach | None" = None) -> tuple[str, ...]:
+        """What to run, as shell command lines that run as printed where `reach` says
+        (this host; a --root snapshot: on a copy, so the snapshot itself stays as it is)."""
+        reach = reach or LOCAL
         if self.applies:
-            out = [f"lxcfix apply --ct {self.ct}{where}" + (" --no-restart" if snapshot else "")]
-            if self.live and not snapshot:
-                out.append(f"lxcfix apply --ct {self.ct}{where} --live")
+            out = [reach.apply(self.ct)]
+            if self.live and reach.root is None:
+                out.append(reach.apply(self.ct, "--live"))
             return tuple(out)
-        return tuple(dict.fromkeys(c for f in self.fixes for c in f.commands))
+        return tuple(dict.fromkeys(reach.command(c) for f in self.fixes for c in f.commands))
 
-    def to_json(self) -> dict:
+    def to_json(self, reach: "Reach | None" = None) -> dict:
         """The cause for machines; the findings (each with this id) carry the evidence and the fixes."""
         return {"id": self.id, "severity": self.severity, "code": self.code, "title": self.title,
                 "codes": self.codes, "applies": self.applies, "live_fixable": self.live,
-                "commands": list(self.commands()), "symptoms": len(self.symptoms)}
+                "commands": list(self.commands(reach)), "symptoms": len(self.symptoms)}
+
+
+@dataclass(frozen=True)
+class Reach:
+    """Where the commands lxcfix prints act: this host (nothing), a --root snapshot
+    (`root`), or a fleet host (`ssh`: the argv that logs in there). Every command it
+    makes is a shell line whose values are quoted (shlex), and runs as printed:
+
+        Reach().apply("200")                      -> "lxcfix apply --ct 200"
+        Reach(root="examples/pve-gpu-host").apply("201")
+        -> 'snap=$(mktemp -d)/pve-gpu-host && cp -r examples/pve-gpu-host "$snap" && '
+           'lxcfix apply --ct 201 --root "$snap" --no-restart'
+        Reach(root=...).show("plan", "201")       -> "lxcfix plan --ct 201 --root examples/pve-gpu-host"
+
+    A snapshot's changes go to a fresh copy (`apply --root` edits the tree it is
+    given: a bundled example's, a checkout's, is never the one); what only reads
+    (plan, diagnose, scan) reads the snapshot itself. A fleet host's fix runs
+    there through ssh, with lxcfix installed on it (`apply` takes no --inventory)."""
+
+    root: str | None = None
+    ssh: tuple[str, ...] = ()
+    inventory: str | None = None  # a fleet host: the inventory it was read from, and its name there
+    name: str | None = None
+
+    @property
+    def _root(self) -> str:
+        root = self.root or ""
+        return shlex.quote("./" + root if root.startswith("-") else root)
+
+    def _copy(self) -> str:
+        name = (self.root or "").rstrip("/").rsplit("/", 1)[-1] or "snapshot"
+        return f"snap=$(mktemp -d)/{shlex.quote(name)} && cp -r {self._root} \"$snap\""
+
+    def show(self, command: str, ct: str | None = None, *extra: str) -> str:
+        """A command that reads only (plan, diagnose, scan, audit), on the snapshot itself; for a
+        fleet host, the fleet scan (scan, audit, diagnose: `scan --ct`) or, for plan, over ssh."""
+        cts = ["--ct", ct] if ct is not None else []
+        if self.inventory is not None and command in ("scan", "audit", "diagnose"):
+            argv = ["lxcfix", "scan" if command == "diagnose" else command, *extra,
+                    "--inventory", self.inventory, "--host", self.name or "", *cts]
+            return " ".join(map(shlex.quote, argv))
+        line = " ".join(map(shlex.quote, ["lxcfix", command, *cts, *extra]))
+        line += f" --root {self._root}" if self.root else ""
+        return self._over_ssh(line)
+
+    def apply(self, ct: str, *extra: str) -> str:
+        """`lxcfix apply --ct CT`, where it changes what it should: a snapshot's copy, not the snapshot."""
+        line = " ".join(map(shlex.quote, ["lxcfix", "apply", "--ct", ct, *extra]))
+        if self.root is not None:
+            return f'{self._copy()} && {line} --root "$snap" --no-restart'
+        return self._over_ssh(line, tty=True)
+
+    def command(self, text: str) -> str:
+        """A fix's own command line (fixes, rules): lxcfix's own (`lxcfix host-fix --yes`)
+        made to reach the host (a snapshot: what reads reads it, what writes writes a copy;
+        a fleet host: over ssh); a host command as it is (it is the host's to run: pct,
+        nvidia-modprobe, dkms)."""
+        if not text.startswith("lxcfix "):
+            return text
+        words, sep, comment = text.partition("    #")
+        head, _, rest = words.strip().partition(" ")[2].partition(" ")
+        tail = f" {rest}" if rest else ""
+        if self.root is not None and head in READS_ONLY:
+            line = f"lxcfix {head} --root {self._root}{tail}"
+        elif self.root is not None:
+            line = f'{self._copy()} && lxcfix {head} --root "$snap"{tail}'
+        else:
+            line = self._over_ssh(f"lxcfix {head}{tail}", tty=head not in READS_ONLY)
+        return line + (f"    #{comment}" if sep else "")
+
+    def _over_ssh(self, line: str, tty: bool = False) -> str:
+        if not self.ssh:
+            return line
+        argv = [self.ssh[0], *(["-t"] if tty else []), *self.ssh[1:]]
+        return " ".join(map(shlex.quote, argv)) + " " + shlex.quote(line)
+
+
+LOCAL = Reach()
+READS_ONLY = frozenset({"scan", "diagnose", "plan", "audit", "facts", "explain"})
 
 
 def ids(findings: Sequence[Finding], facts: HostFacts | None = None) -> list[str]:
@@ -454,7 +535,7 @@ def ct_order(ct: str) -> tuple:
 LABEL = 9  # width of the severity column that starts a cause's first line
 
 
-def lines(cause: Cause, where: str = "", snapshot: bool = False, fold: bool = False) -> list[tuple[str, str]]:
+def lines(cause: Cause, reach: Reach | None = None, fold: bool = False) -> list[tuple[str, str]]:
     """One cause as (text, role) lines, roles: "error"/"warning"/"info" (the title),
     "proof", "fix", "symptom", "note". fold: the symptoms as one line of codes
     (scan); else one line each (diagnose). Every line that states a finding ends
@@ -462,13 +543,14 @@ def lines(cause: Cause, where: str = "", snapshot: bool = False, fold: bool = Fa
     pad = " " * LABEL
     out = [(f"{cause.severity:<{LABEL}}{cause.title} [{cause.code}]", cause.severity)]
     out += [(f"{pad}proof: {p}", "proof") for p in cause.proof]
-    commands = cause.commands(where, snapshot)
+    reach = reach or LOCAL
+    commands = cause.commands(reach)
     if commands:
         out.append((f"{pad}fix:   {commands[0]}", "fix"))
         out += [(f"{pad}       {c}" + ("    # without a restart" if c.endswith(" --live") else ""), "fix")
                 for c in commands[1:]]
         if cause.applies:
-            out.append((f"{pad}       (lxcfix plan --ct {cause.ct}{where} shows the change first)", "note"))
+            out.append((f"{pad}       ({reach.show('plan', cause.ct)} shows the change first)", "note"))
     elif cause.fix is not None:
         out.append((f"{pad}fix:   {cause.fix.title}", "fix"))
     if len(cause.symptoms) > 1:

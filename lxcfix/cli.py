@@ -122,8 +122,9 @@ def _print_host(rep: HostReport, show_ok: bool = True) -> None:
     out.print(table)
 
 
-def _print_findings(findings, ct_label: bool = True, evidence: bool = False) -> None:
-    """Every finding, one by one (-v): containers in vmid order."""
+def _print_findings(findings, ct_label: bool = True, evidence: bool = False,
+                    reach: "causes.Reach | None" = None) -> None:
+    """Every finding, one by one (-v): containers in vmid order; reach: where the commands shown act."""
     for f in sorted(report.sort_findings(findings), key=lambda f: causes.ct_order(f.ct)):
         line = Text()
         if ct_label:
@@ -139,17 +140,19 @@ def _print_findings(findings, ct_label: bool = True, evidence: bool = False) -> 
         if f.fix is not None:
             say(f"{pad}  fix: {f.fix.title}", "green")
         if f.live_fixable:
-            say(f"{pad}  fixable live, without a restart: lxcfix apply --ct {f.ct} --live", "green")
+            live = (reach or causes.LOCAL).apply(f.ct, "--live") if not (reach and reach.root) else None
+            if live:
+                say(f"{pad}  fixable live, without a restart: {live}", "green")
 
 
 CAUSE_STYLE = {**SEVERITY_STYLE, "proof": None, "fix": "green", "symptom": "dim", "note": "dim"}
 
 
-def _print_causes(c: CtReport, facts, where: str = "", snapshot: bool = False, fold: bool = False,
+def _print_causes(c: CtReport, facts, reach: "causes.Reach | None" = None, fold: bool = False,
                   indent: str = "") -> None:
     """A container's findings by cause (lxcfix.causes): the cause, its proof, the fix, then the symptoms."""
     for cause in report.grouped(c, facts):
-        for text, role in causes.lines(cause, where, snapshot, fold):
+        for text, role in causes.lines(cause, reach, fold):
             if role in SEVERITY_STYLE:  # the cause itself: its severity coloured, the rest bold
                 line = Text(clean(indent))
                 line.append(clean(text[:causes.LABEL]), style=SEVERITY_STYLE[role])
@@ -164,9 +167,29 @@ def _hint() -> None:
         "dim")
 
 
-def _where(root: str | None, host: str | None = None) -> str:
-    """The flags that reach the host a command was about, for the commands shown."""
-    return f" --root {root}" if root else (f" --host {host}" if host else "")
+def _reach(root: str | None) -> "causes.Reach":
+    """Where the commands shown act: this host, or a copy of the --root snapshot (causes.Reach)."""
+    return causes.Reach(root=root) if root is not None else causes.LOCAL
+
+
+def _ssh_reach(entry, req: "FleetRequest") -> "causes.Reach":
+    """A fleet host's commands run there, over ssh, as the scan reached it (its address, port,
+    user, key, and the known_hosts and ssh config the scan was given): `apply` takes no --inventory."""
+    if entry.connection == "local":
+        return causes.LOCAL
+    argv = ["ssh"]
+    if req.ssh_config:
+        argv += ["-F", req.ssh_config]
+    known = entry.known_hosts or req.known_hosts
+    if known:
+        argv += ["-o", f"UserKnownHostsFile={known}"]
+    if entry.port:
+        argv += ["-p", str(entry.port)]
+    if entry.key_file:
+        argv += ["-i", entry.key_file]
+    argv.append(f"{entry.user}@{entry.destination}" if entry.user else entry.destination)
+    return causes.Reach(ssh=tuple(argv), inventory=req.inventory if req.inventory != "-" else None,
+                        name=entry.name)
 
 
 def _print_diff(diff: str) -> None:
@@ -270,8 +293,9 @@ class FleetRequest:
     upgrade: bool = False  # also the facts a kernel upgrade needs (gather.UPGRADE_ONLY)
 
 
-def _fleet(req: FleetRequest, show_progress: bool) -> list[HostReport]:
-    """Scan an inventory over SSH; a progress bar on a terminal (stderr, so stdout stays clean)."""
+def _fleet(req: FleetRequest, show_progress: bool, reaches: dict | None = None) -> list[HostReport]:
+    """Scan an inventory over SSH; a progress bar on a terminal (stderr, so stdout stays clean).
+    reaches: filled with each host's causes.Reach (how the commands shown for it get there)."""
     from . import inventory_io
 
     entries = inventory_io.load_file(req.inventory).select(list(req.hosts))  # bad input first: nothing reached yet
@@ -286,6 +310,8 @@ def _fleet(req: FleetRequest, show_progress: bool) -> list[HostReport]:
     options.check()  # a missing or garbled --ssh-config is bad input, before any host is tried
     if req.cts:
         entries = [dataclasses.replace(e, containers=tuple(req.cts)) for e in entries]
+    if reaches is not None:
+        reaches.update((e.name, _ssh_reach(e, req)) for e in entries)
     connect = fleet.SshConnector(options)
     # A terminal, not --color always: a progress bar must never land in a log.
     with Progress(console=err, disable=not (show_progress and sys.stderr.isatty()), transient=True) as bar:
@@ -324,18 +350,21 @@ def scan(
     if fmt not in ("table", "json", "prometheus"):
         raise BadInput(f"unknown --format {fmt!r}: use table, json or prometheus")
     fmt = "json" if as_json else fmt
+    reaches: dict = {}
     if inventory is not None:
         if root is not None:
             raise BadInput("--inventory and --root: one or the other")
         if inner is not None:
             raise BadInput("--inner probes the inner containers of one host's containers: not with --inventory")
         hosts = _fleet(FleetRequest(inventory, tuple(host or ()), tuple(ct or ()), not no_probe, style, concurrency,
-                                    known_hosts, accept_new, ssh_config), show_progress=fmt == "table")
+                                    known_hosts, accept_new, ssh_config), show_progress=fmt == "table",
+                       reaches=reaches)
     else:
         target = repair.open_target(root, host)
         hosts = [repair.scan(target, ct, style, probe=not no_probe, inner=inner)]
+        reaches = {h.host: _reach(root) for h in hosts}
     if fmt == "json":
-        _json(report.document("scan", hosts))
+        _json(report.document("scan", hosts, reach=reaches))
     elif fmt == "prometheus":
         sys.stdout.write(report.prometheus(hosts, time.time()))
     else:
@@ -347,22 +376,21 @@ def scan(
             _print_host(rep)
             for note in rep.notes:
                 say(f"note: {rep.host}: {note}", "dim", err)
-            where = _where(root, rep.host if inventory else None)
+            reach = reaches.get(rep.host, causes.LOCAL)
             cts = sorted(rep.containers, key=lambda c: causes.ct_order(c.ct))
             findings = [f for c in cts for f in c.findings]
             if findings:
                 any_findings = True
                 out.print()
                 if verbose:
-                    _print_findings(findings)
+                    _print_findings(findings, reach=reach)
                 for c in cts if not verbose else ():
                     if c.findings:
                         say(f"CT {c.ct}" + (f" ({c.status})" if c.status else ""), "bold")
-                        _print_causes(c, rep.facts, where, snapshot=root is not None, fold=True,
-                                      indent="  ")
+                        _print_causes(c, rep.facts, reach, fold=True, indent="  ")
             pending = [c.ct for c in cts if c.plan is not None and not c.plan.is_empty]
             if pending:
-                say(f"fixes ready for CT {', '.join(pending)}: lxcfix plan --ct ID{where}")
+                say(f"fixes ready for CT {', '.join(pending)}: `{reach.show('plan', 'ID')}` shows each change")
             out.print()
         s = report.summary(hosts)
         out.print(f"{len(hosts)} host(s), {s['containers']} containers: {s['error']} errors, "
@@ -389,16 +417,16 @@ def diagnose(
     rep, c = repair.one(target, ct, probe=True, inner=inner)
     one = HostReport(rep.host, rep.backend, rep.facts, (c,))
     if as_json:
-        _json(report.document("diagnose", [one]))
+        _json(report.document("diagnose", [one], reach={one.host: _reach(root)}))
     else:
         state = f" ({c.status})" if c.status else ""
         say(f"CT {ct}{state} on {rep.host}: {c.path}", "bold")
         if not c.findings:
             say("no problems found", "green")
         elif verbose:
-            _print_findings(c.findings, ct_label=False, evidence=True)
+            _print_findings(c.findings, ct_label=False, evidence=True, reach=_reach(root))
         else:
-            _print_causes(c, rep.facts, _where(root), snapshot=root is not None)
+            _print_causes(c, rep.facts, _reach(root))
             _hint()
     return Scanned([one], "diagnose")
 
@@ -523,23 +551,21 @@ def audit(
     if inventory is not None:
         if root is not None:
             raise BadInput("--inventory and --root: one or the other")
-        if inner is not None:
-            raise BadInput("--inner probes the inner containers of one host's containers: not with --inventory")
+        reaches: dict = {}
         reps = _fleet(FleetRequest(inventory, tuple(host or ()), (), not no_probe, "auto", concurrency,
                                    known_hosts, accept_new, ssh_config, keep_context=True,
                                    upgrade=for_ in audit_mod.UPGRADE_FACTS),
-                      show_progress=fmt == "table")
+                      show_progress=fmt == "table", reaches=reaches)
         result = audit_mod.audit(reps, for_, new_driver=to_driver, to_kernel=to_kernel)
-        flags = {r.host: f"--host {r.host}" for r in reps}
     else:
         target = repair.open_target(root, host)
         rep = repair.scan(target, None, probe=not no_probe, keep_context=True,
                           upgrade=for_ in audit_mod.UPGRADE_FACTS)
         result = audit_mod.audit([rep], for_, new_driver=to_driver, to_kernel=to_kernel,
                                  boot_nodes={rep.host: hostfix.unit_installed(target)})
-        flags = {rep.host: f"--root {root}" if root else ""}
+        reaches = {rep.host: _reach(root)}
     if markdown is not None:
-        text = clean(audit_mod.to_markdown(result, host_flags=flags))
+        text = clean(audit_mod.to_markdown(result, reach=reaches))
         if markdown == "-":
             fmt = "markdown"
         else:
@@ -550,15 +576,15 @@ def audit(
                 raise BadInput(f"--markdown {markdown}: {e.strerror or e}") from None
     fmt = "json" if as_json else fmt
     if fmt == "json":
-        _json(audit_mod.to_json(result))
+        _json(audit_mod.to_json(result, reach=reaches))
     elif fmt == "markdown":
-        sys.stdout.write(clean(audit_mod.to_markdown(result, host_flags=flags)))
+        sys.stdout.write(clean(audit_mod.to_markdown(result, reach=reaches)))
     else:
-        _print_audit(result, for_, verbose)
+        _print_audit(result, for_, verbose, reaches)
     return Audited(result)
 
 
-def _print_audit(result, for_: str, verbose: bool = False) -> None:
+def _print_audit(result, for_: str, verbose: bool = False, reaches: dict | None = None) -> None:
     from . import audit as audit_mod
 
     s = audit_mod.summary(result)
@@ -586,15 +612,40 @@ def _print_audit(result, for_: str, verbose: bool = False) -> None:
         line = Text(f"  {first.outcome:<5}  ", style="bold red" if first.outcome == "will" else "yellow")
         line.append(clean(f"{first.why} [{first.code}]"))
         out.print(line)
-        shown = set()
-        for i in group:
-            if (i.kind, i.change, i.path) not in shown:
-                shown.add((i.kind, i.change, i.path))
-                _print_change(i, "         ")
+        _print_group(group, (reaches or {}).get(first.host, causes.LOCAL), "         ")
         for i in group[1:]:
             say(f"         also: {i.why} [{i.code}]", "dim")
     if result.items:
         _hint()
+
+
+def _print_group(group, reach, pad: str) -> None:
+    """The changes of one cause's items, each block once (items of one cause share their
+    lines: `pct pending`, `pct reboot`), then the command that makes them: `lxcfix apply`
+    for what the plan makes; a host block is itself the commands (lxcfix's own made to
+    reach the host: causes.Reach); a change by hand says so."""
+    blocks: dict[tuple, list[str]] = {}
+    for i in group:
+        where = f"in {i.path}:" if i.kind == "config" else "run on the host:" if i.kind == "command" else "do:"
+        have = blocks.setdefault((where,), [])
+        for text in i.change.splitlines():
+            if i.kind == "command" and not text.startswith("#"):
+                text = reach.command(text)
+            if text not in have:
+                have.append(text)
+    for (where,), texts in blocks.items():
+        if not texts:
+            continue
+        say(f"{pad}{where}", "dim")
+        for text in texts:
+            say(f"{pad}  {text}", "green" if text.startswith("+") else "red" if text.startswith("-") else None)
+    applying = [i for i in group if i.applies]
+    if applying:
+        say(f"{pad}fix:   {applying[0].commands(reach)[0]}", "green")
+        say(f"{pad}       ({reach.show('plan', applying[0].ct)} shows the change first)", "dim")
+    elif any(i.kind == "config" for i in group):
+        path = next(i.path for i in group if i.kind == "config")
+        say(f"{pad}fix:   by hand: edit {path} as above (lxcfix apply leaves this change to you)", "dim")
 
 
 def _print_change(i, pad: str) -> None:

@@ -36,7 +36,6 @@ from . import codes, gather
 from .backends import Lxc, Proxmox, detect
 from .errors import BadInput, LxcfixError
 from .inventory import HostEntry
-from .model import Finding
 from .scan import CtReport, HostReport, one_by_one, scan_host, unusable_reports
 from .ssh import HostKeyUnknown, Ssh, SshOptions
 from .transport import Cached, Failing, Local, Transport

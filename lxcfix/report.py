@@ -21,7 +21,7 @@ JSON schema 1 (`--json`, also documented in README.md):
 from __future__ import annotations
 
 from collections import Counter
-from typing import Iterable
+from typing import Iterable, Mapping
 
 from . import __version__, causes
 from .model import SEVERITY_ORDER, CtReport, Finding, HostFacts, HostReport
@@ -63,16 +63,17 @@ def facts_json(host: HostReport) -> dict | None:
 
 
 def findings_json(findings: Iterable[Finding], facts: HostFacts | None = None,
-                  grouped=None) -> tuple[list[dict], list[dict]]:
+                  grouped=None, reach: causes.Reach | None = None) -> tuple[list[dict], list[dict]]:
     """(findings, causes) as JSON: each finding with the id of its cause (lxcfix.causes),
     so a machine can group them as the human output does. grouped: those causes, when
-    they were grouped already (CtReport.causes)."""
+    they were grouped already (CtReport.causes); reach: where the causes' commands act
+    (a --root snapshot's, a fleet host's: causes.Reach)."""
     found = sort_findings(findings)
     if not found:
         return [], []
     grouped = grouped if grouped is not None else causes.group(found, facts)
     cause_of = {id(f): c.id for c in grouped for f in c.symptoms}
-    return [{**f.to_json(), "cause": cause_of[id(f)]} for f in found], [c.to_json() for c in grouped]
+    return [{**f.to_json(), "cause": cause_of[id(f)]} for f in found], [c.to_json(reach) for c in grouped]
 
 
 def grouped(c: CtReport, facts: HostFacts | None = None) -> list:
@@ -80,8 +81,9 @@ def grouped(c: CtReport, facts: HostFacts | None = None) -> list:
     return list(c.causes) if c.causes is not None else causes.group(sort_findings(c.findings), facts)
 
 
-def container_json(c: CtReport, with_plan: bool = True, facts: HostFacts | None = None) -> dict:
-    findings, grouped = findings_json(c.findings, facts, c.causes)
+def container_json(c: CtReport, with_plan: bool = True, facts: HostFacts | None = None,
+                   reach: causes.Reach | None = None) -> dict:
+    findings, grouped = findings_json(c.findings, facts, c.causes, reach)
     return {
         "host": c.host,
         "ct": c.ct,
@@ -115,7 +117,10 @@ def summary(hosts: list[HostReport]) -> dict:
     }
 
 
-def document(command: str, hosts: list[HostReport], with_plan: bool = True) -> dict:
+def document(command: str, hosts: list[HostReport], with_plan: bool = True,
+             reach: Mapping[str, causes.Reach] | None = None) -> dict:
+    """reach: host -> where the commands shown for it act (default: that host itself)."""
+    reach = reach or {}
     return {
         "schema": SCHEMA,
         "tool": "lxcfix",
@@ -126,7 +131,8 @@ def document(command: str, hosts: list[HostReport], with_plan: bool = True) -> d
              "facts": facts_json(h), "findings": findings_json(h.findings, h.facts)[0], "notes": list(h.notes)}
             for h in hosts
         ],
-        "containers": [container_json(c, with_plan, h.facts) for h in hosts for c in h.containers],
+        "containers": [container_json(c, with_plan, h.facts, reach.get(h.host)) for h in hosts
+                       for c in h.containers],
         "summary": summary(hosts),
     }
 

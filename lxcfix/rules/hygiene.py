@@ -249,7 +249,7 @@ def usb_bus_fix(ctx, g, bus: str) -> Fix:
     if not ctx.effective.ruleset.allows("c", USB_MAJOR, 0, "rw"):
         edits += (Edit("add", lines=(allow,), near=("lxc.mount.entry",)),)
     return Fix(f"pass the bus directory {bus} and allow c {USB_MAJOR}:* rwm (every USB device on that bus)",
-               edits, notes=(f"# which device is where: lsusb, or cat /sys/bus/usb/devices/*/idVendor",))
+               edits, notes=("# which device is where: lsusb, or cat /sys/bus/usb/devices/*/idVendor",))
 
 
 NAME_MAX, PATH_MAX = 255, 4096

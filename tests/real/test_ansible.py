@@ -71,11 +71,20 @@ def test_example_playbook_audits_in_check_mode_then_fixes_with_serial(pve, tun, 
     scan = audit.task(SCAN_TASK)
     assert {"LXF100", "LXF200"} <= {f["code"] for f in scan["findings"] if f["ct"] == broken.vmid}
     assert scan["pending"] == [broken.vmid]
+    # results name the inventory's host; a one-container scan leaves the host's device nodes out
+    assert {c["host"] for c in scan["containers"]} == {"hv"} and [h["host"] for h in scan["hosts"]] == ["hv"]
+    assert "device_nodes" not in scan["hosts"][0]["facts"] and len(json.dumps(scan["hosts"])) < 4000
     would = audit.task(WOULD_TASK)
-    assert would["changed"] is True and [d["before_header"] for d in would["diff"]] == [broken.conf_path]
+    # the audit is read-only: its check-mode task never counts as changed (it used to: changed True);
+    # what a fix would change is in its containers and its diff
+    assert would["changed"] is False and [c["ct"] for c in would["containers"] if c["changed"]] == [broken.vmid]
+    assert [d["before_header"] for d in would["diff"]] == [broken.conf_path]
     assert "/dev/net/tun" in would["diff"][0]["after"].replace(would["diff"][0]["before"], "")
-    assert f"--- before: {broken.conf_path}" in audit.stdout
+    # Ansible shows a task's diff only when it changed: the audit play prints each would-be diff itself
+    shown = [line for line in would["containers"][0]["diff"].splitlines() if line.startswith(("+", "-"))]
+    assert shown and all(line in audit.stdout for line in shown), audit.output()
     assert not audit.results(FIX_TASK)  # --tags audit: the fix play did not run
+    assert "changed=0" in audit.stdout.split("PLAY RECAP")[-1]
 
     whole_check = hv.run(EXAMPLE, inv, "--check", "--diff")
     assert whole_check.rc == 0, whole_check.output()
@@ -99,6 +108,8 @@ def test_example_playbook_audits_in_check_mode_then_fixes_with_serial(pve, tun, 
     again = hv.run(EXAMPLE, inv)
     assert again.rc == 0, again.output()
     assert again.task(FIX_TASK)["changed"] is False and again.task(SCAN_TASK)["pending"] == []
+    # the rerun reports the verified state it found: nothing to do, and the containers check clean
+    assert again.task(FIX_TASK)["verified"] is True and again.task(FIX_TASK)["host"] == "hv"
     assert "changed=0" in again.stdout.split("PLAY RECAP")[-1]
 
 

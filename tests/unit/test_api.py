@@ -71,3 +71,24 @@ def test_refusals_are_lxcfix_errors_in_check_mode_too(snap):
 def test_digest_of_the_result_matches_the_file(snap):
     r = api.fix("201", root=str(snap), check=False)
     assert ctconfig.digest((snap / "etc/pve/lxc/201.conf").read_bytes()) == ctconfig.digest(r["after"])
+
+
+def test_clean_and_the_callers_name_for_the_host(tmp_path):
+    """api.clean: each container checks clean as it is (what fix's `verified` reports when nothing
+    needs doing); host=: the name the results give the host (Ansible's inventory_hostname)."""
+    import shutil
+
+    from lxcfix import api
+
+    from .conftest import EXAMPLES
+
+    snap = tmp_path / "pve-gpu-host"
+    shutil.copytree(EXAMPLES / "pve-gpu-host", snap)
+    found = api.clean(root=str(snap))
+    assert found["200"] is False and found["201"] is False and found["202"] is True  # 200, 201: denied devices
+    done = api.fix("201", check=False, root=str(snap), host="pve1")
+    assert done["changed"] is True and done["host"] == "pve1"
+    again = api.fix("201", check=False, root=str(snap))
+    assert again["changed"] is False and again["verified"] is True and api.clean(["201"], root=str(snap)) == {"201": True}
+    doc = api.scan(root=str(snap), host="pve1", host_nodes=False)
+    assert {c["host"] for c in doc["containers"]} == {"pve1"} and doc["hosts"][0]["host"] == "pve1"

@@ -207,12 +207,14 @@ def test_json_is_schema_1_with_every_container_and_its_changes():
                  "message": "broken now, and stays broken after the driver upgrade: /dev/net/tun is c 10:200 on "
                             "this host; no cgroup2 rule allows it, so open() inside gives EPERM",
                  "change": "- lxc.cgroup.devices.allow: c 10:200 rwm\n+ lxc.cgroup2.devices.allow: c 10:200 rwm",
-                 "change_kind": "config", "path": "/etc/pve/lxc/203.conf", "cause": "cgroup-denies:tun"},
+                 "change_kind": "config", "path": "/etc/pve/lxc/203.conf", "cause": "cgroup-denies:tun",
+                     "applies": True, "commands": ["lxcfix apply --ct 203"]},
                 {"code": "LXF102", "severity": "error", "outcome": "will", "device": None,
                  "message": "lxc.cgroup.devices.allow is a cgroup v1 key: on this cgroup v2 host LXC ignores it "
                             "silently; the rule does nothing, now or after the driver upgrade",
                  "change": "- lxc.cgroup.devices.allow: c 10:200 rwm\n+ lxc.cgroup2.devices.allow: c 10:200 rwm",
-                 "change_kind": "config", "path": "/etc/pve/lxc/203.conf", "cause": "cgroup-denies:tun"}]},
+                 "change_kind": "config", "path": "/etc/pve/lxc/203.conf", "cause": "cgroup-denies:tun",
+                     "applies": True, "commands": ["lxcfix apply --ct 203"]}]},
             {"host": "pve1", "ct": "205", "path": "/etc/pve/lxc/205.conf", "outcome": "ok", "findings": []}],
         "summary": {"containers": 2, "will": 1, "may": 0, "ok": 1, "items": 2, "unreachable": 0},
     }

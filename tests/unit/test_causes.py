@@ -63,7 +63,9 @@ def test_uvm_and_caps_denied_on_the_h200_is_one_cause_of_nine_findings(style):
     assert cause.proof[1].startswith("open() inside gives EPERM: ") and cause.proof[1].count("/dev/nvidia") == 4
     # the probe saw EPERM in a running container: the live change can fix it too
     assert cause.applies and cause.commands() == (f"lxcfix apply --ct {name}", f"lxcfix apply --ct {name} --live")
-    assert cause.commands(" --root /snap", snapshot=True) == (f"lxcfix apply --ct {name} --root /snap --no-restart",)
+    # a snapshot is changed on a copy: the command printed for it never writes the snapshot itself
+    assert cause.commands(causes.Reach(root="/snap")) == (
+        f'snap=$(mktemp -d)/snap && cp -r /snap "$snap" && lxcfix apply --ct {name} --root "$snap" --no-restart',)
     assert sorted(cause.symptoms, key=id) == sorted(found, key=id)
 
 
@@ -223,10 +225,13 @@ def test_scan_prints_one_cause_per_problem_in_vmid_order(capsys):
     assert rc == 1
     heads = re.findall(r"^CT (\S+)$", out, flags=re.M)
     assert heads == ["200", "201", "203"]  # 201 came before 200 when findings were sorted by code
-    where = f"--root {EXAMPLES / 'pve-gpu-host'}"
+    snap = EXAMPLES / "pve-gpu-host"
     assert ("  error    CT 200 cannot use the GPU: the cgroup denies nvidia-uvm (c 511:*; the config still "
             "allows the old c 508:*) [LXF101]") in out
-    assert f"fix:   lxcfix apply --ct 200 {where} --no-restart" in out
+    # the fix for a bundled snapshot applies to a copy (the checkout stays as it is), its plan reads the snapshot
+    assert (f'fix:   snap=$(mktemp -d)/pve-gpu-host && cp -r {snap} "$snap" && '
+            'lxcfix apply --ct 200 --root "$snap" --no-restart') in out
+    assert f"(lxcfix plan --ct 200 --root {snap} shows the change first)" in out
     assert "  error    CT 201 cannot open /dev/net/tun: the cgroup denies tun (c 10:200) [LXF100]" in out
     assert "-v: every finding on its own; lxcfix explain CODE" in out
 
@@ -273,3 +278,52 @@ def test_audit_folds_findings_with_one_change_under_one_cause(capsys, tmp_path):
     block = out.split(f"CT {CTS['uvm']}\n", 1)[1].split("\nCT ", 1)[0]
     assert block.count("  will   ") == 1 and block.count("also: broken now") == 1  # two LXF100, one change
     assert block.count("in /var/lib/lxc/") == 1
+
+
+def test_audit_prints_each_block_once_and_a_command_for_each_item(capsys):
+    """pve-kernel-upgrade's CT 304 has two pending changes of one cause: `pct pending`/`pct reboot`
+    once, each revert once; an item the plan makes names `lxcfix apply`, on a copy of the snapshot."""
+    snap = EXAMPLES / "pve-kernel-upgrade"
+    rc, out = run(capsys, "audit", "--root", str(snap), "--for", "kernel-upgrade")
+    assert rc == 1
+    assert out.count("pct pending 304    # every pending change") == 1
+    assert out.count("pct reboot 304") == 1
+    assert out.count("pct set 304 --revert dev0") == 1 and out.count("pct set 304 --revert dev1") == 1
+    assert (f'fix:   snap=$(mktemp -d)/pve-kernel-upgrade && cp -r {snap} "$snap" && '
+            'lxcfix apply --ct 303 --root "$snap" --no-restart') in out
+    assert f'lxcfix host-fix --root "$snap" --yes' in out and "lxcfix host-fix --yes" not in out
+    assert "fix:   by hand: edit /etc/pve/lxc/302.conf as above" in out
+    rc, text = run(capsys, "audit", "--root", str(snap), "--for", "kernel-upgrade", "--json")
+    items = {(c["ct"], i["code"]): i for c in json.loads(text)["containers"] for i in c["findings"]}
+    assert items[("303", "LXF100")]["applies"] and items[("303", "LXF100")]["commands"] == [
+        f'snap=$(mktemp -d)/pve-kernel-upgrade && cp -r {snap} "$snap" && '
+        'lxcfix apply --ct 303 --root "$snap" --no-restart']
+    assert items[("302", "LXF155")]["commands"] == []
+
+
+def test_commands_are_quoted_and_reach_where_the_report_was_made():
+    odd = causes.Reach(root="/tmp/my snap")
+    assert odd.show("plan", "200") == "lxcfix plan --ct 200 --root '/tmp/my snap'"
+    assert odd.apply("200") == ("snap=$(mktemp -d)/'my snap' && cp -r '/tmp/my snap' \"$snap\" && "
+                                'lxcfix apply --ct 200 --root "$snap" --no-restart')
+    fleet = causes.Reach(ssh=("ssh", "-p", "2222", "root@10.0.0.5"), inventory="inv.yaml", name="hv1")
+    assert fleet.apply("200") == "ssh -t -p 2222 root@10.0.0.5 'lxcfix apply --ct 200'"
+    assert fleet.show("diagnose", "200") == "lxcfix scan --inventory inv.yaml --host hv1 --ct 200"
+    assert fleet.command("lxcfix host-fix --yes    # why") == "ssh -t -p 2222 root@10.0.0.5 'lxcfix host-fix --yes'    # why"
+    assert causes.LOCAL.command("pct reboot 304") == "pct reboot 304"
+
+
+def test_a_fleet_hosts_commands_reach_it_as_the_scan_did():
+    """`apply` takes no --inventory: a fleet host's fix runs there over ssh, as the scan reached it."""
+    from lxcfix import inventory
+
+    text = ("all:\n  hosts:\n    hv1:\n      ansible_host: 10.0.0.5\n      ansible_port: 2222\n"
+            "      ansible_user: root\n      ansible_ssh_private_key_file: /keys/id\n    here:\n"
+            "      ansible_connection: local\n")
+    hv1, here = inventory.load(text, "inv.yaml").select(None)
+    req = cli.FleetRequest("inv.yaml", known_hosts="/kh", ssh_config="/cfg")
+    reach = cli._ssh_reach(hv1, req)
+    assert reach.apply("200") == ("ssh -t -F /cfg -o UserKnownHostsFile=/kh -p 2222 -i /keys/id root@10.0.0.5 "
+                                  "'lxcfix apply --ct 200'")
+    assert reach.show("diagnose", "200") == "lxcfix scan --inventory inv.yaml --host hv1 --ct 200"
+    assert cli._ssh_reach(here, req) == causes.LOCAL

@@ -105,6 +105,10 @@ def test_check_mode_reports_the_diffs_and_writes_nothing(play, snap):
     scan = run.task("Scan")
     assert scan["changed"] is False and scan["schema"] == 1
     assert scan["pending"] == ["200", "201"] and scan["summary"]["containers"] == 4
+    # the results name the inventory's host (the action passes inventory_hostname), never localhost
+    assert {c["host"] for c in scan["containers"]} == {f["host"] for f in scan["findings"]} == {"hv"}
+    assert [h["host"] for h in scan["hosts"]] == ["hv"]
+    assert all("device_nodes" not in (h["facts"] or {}) for h in scan["hosts"])  # host_nodes: false
     assert {"LXF101"} <= {f["code"] for f in scan["findings"] if f["ct"] == "200"}
     assert run.task("Facts")["ansible_facts"]["lxcfix"]["pending"] == ["200", "201"]
 
@@ -136,6 +140,8 @@ def test_real_run_changes_then_second_run_is_unchanged(play, snap):
     assert fix["containers"][0]["step_reached"] == "written" and fix["restart_required"] is False
     again = run.task("Fix again")
     assert again["changed"] is False and again["containers"][0]["steps"] == []
+    # the rerun reports the state it found: nothing to do, and the container checks clean
+    assert again["verified"] is True and again["host"] == "hv" and again["containers"][0]["host"] == "hv"
     assert (snap / "etc/pve/lxc/200.conf").read_bytes() == (EXAMPLE / "etc/pve/lxc/200.conf").read_bytes()
 
 
@@ -222,3 +228,25 @@ def test_playbook_variables_are_accepted_by_lxcfixs_inventory_reader():
     js = '{"_meta": {"hostvars": {"pve1": {"lxcfix_python": "/opt/pipx/venvs/lxcfix/bin/python"}}}, ' \
          '"all": {"children": ["ungrouped"]}, "ungrouped": {"hosts": ["pve1"]}}'
     assert [e.name for e in inventory.load_json(js, "inv.json").select(None)] == ["pve1"]
+
+
+def test_messages_use_the_modules_option_names(play, snap, tmp_path):
+    """lxcfix says `--root DIR`; a task was given `root: DIR`: the message says `root`."""
+    inv = local_inventory(play, play.interpreter("py", PYTHONPATH=str(REPO)))
+    run = play.run("snapshot.yml", inv, "-e", f"snap={tmp_path / 'nowhere'}")
+    assert run.rc != 0
+    scan = run.task("Scan")
+    assert scan["_status"] == "failed" and scan["exit_code"] == 2
+    assert scan["msg"] == f"lxcfix: root {tmp_path / 'nowhere'}: no such directory", scan["msg"]
+    from ansible_collections.lxcfix.lxcfix.plugins.module_utils.lxcfix_api import option_words
+
+    assert option_words("--live cannot do this change; use --style path or numeric with --live") == \
+        "live cannot do this change; use style path or numeric with live"
+    assert option_words("fix it by hand first (lxcfix diagnose --ct 200 lists them)") == \
+        "fix it by hand first (lxcfix diagnose --ct 200 lists them)"  # a command stays runnable
+
+
+def test_host_nodes_only_when_asked(snap):
+    assert "device_nodes" in api.scan(root=str(snap))["hosts"][0]["facts"]  # the library's default: as --json
+    assert "device_nodes" not in api.scan(root=str(snap), host_nodes=False)["hosts"][0]["facts"]
+    assert api.scan(root=str(snap), host="pve1")["containers"][0]["host"] == "pve1"

@@ -13,6 +13,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import importlib.util
+import re
 import sys
 import traceback
 
@@ -79,14 +80,45 @@ SCAN_ARGUMENT_SPEC = dict(
     probe=dict(type="bool", default=True),
     style=dict(type="str", default="auto", choices=["auto", "devn", "path", "numeric"]),
     root=dict(type="path"),
+    host=dict(type="str"),
+    host_nodes=dict(type="bool", default=False),
 )
+
+# lxcfix's command-line words, as this collection's option names (a message from lxcfix
+# says `--root DIR`; a task was given `root: DIR`). Commands it quotes (`lxcfix diagnose
+# --ct 200`) stay as they are: they are run as they are.
+OPTION_WORDS = (("--no-restart", "restart: false"), ("--root", "root"), ("--style", "style"),
+                ("--live", "live"), ("--ct", "ct"))
+_COMMAND = re.compile(r"lxcfix [a-z-]+(?: [^\s);,]+)*")
+
+
+def option_words(text):
+    """A message of lxcfix's in the modules' words: `--root X` -> `root X`, `--live` -> `live`."""
+    if not isinstance(text, str):
+        return text
+    out, last = [], 0
+    for m in _COMMAND.finditer(text):
+        out += [_words(text[last:m.start()]), m.group()]
+        last = m.end()
+    return "".join(out + [_words(text[last:])])
+
+
+def _words(text):
+    for cli, option in OPTION_WORDS:
+        text = re.sub(r"(?<![\w-])%s(?![\w-])" % re.escape(cli), option, text)
+    return text
 
 
 def scan_result(api, params):
     """lxcfix_scan's and lxcfix_facts' data: the scan document (schema 1), its
     findings also in one list (each with host and ct), the containers whose plan
-    changes something."""
-    doc = api.scan(params["ct"], probe=params["probe"], style=params["style"], root=params["root"])
+    changes something. host: the inventory's name for the host (the action plugin
+    passes inventory_hostname); host_nodes: the host's device nodes in its facts."""
+    doc = api.scan(params["ct"], probe=params["probe"], style=params["style"], root=params["root"],
+                   host=params.get("host"), host_nodes=bool(params.get("host_nodes")))
+    for c in doc["containers"]:
+        if c.get("plan"):
+            c["plan"]["style_reason"] = option_words(c["plan"]["style_reason"])
     findings = [dict(f, host=c["host"], ct=c["ct"]) for c in doc["containers"] for f in c["findings"]]
     pending = [c["ct"] for c in doc["containers"] if c.get("plan")]
     return dict(schema=doc["schema"], lxcfix_version=doc["version"], hosts=doc["hosts"],
@@ -94,9 +126,10 @@ def scan_result(api, params):
 
 
 def error_result(e):
-    """What a failed lxcfix call tells the task: its exit code and whether it was rolled back."""
+    """What a failed lxcfix call tells the task: its exit code and whether it was rolled back,
+    its message in the modules' option names."""
     code = int(getattr(e, "exit_code", 3))
-    return {"msg": "lxcfix: %s" % e, "exit_code": code, "rolled_back": code == 4}
+    return {"msg": "lxcfix: %s" % option_words(str(e)), "exit_code": code, "rolled_back": code == 4}
 
 
 def text_of(data):

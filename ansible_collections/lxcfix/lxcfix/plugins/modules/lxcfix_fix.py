@@ -67,6 +67,12 @@ options:
         symlink that leads out of it (its C(etc/pve/lxc) linked to a directory elsewhere) fails the task, nothing
         changed.
     type: path
+  host:
+    description:
+      - The name the results give the managed host (C(host) of each container and finding).
+      - Defaults to the play's C(inventory_hostname) (the collection's action plugin passes it), so results name
+        the inventory's host, never C(localhost).
+    type: str
 notes:
   - Set C(ansible_python_interpreter) for these tasks to the Python that has lxcfix, for example
     C(/opt/pipx/venvs/lxcfix/bin/python) after the README's pipx install. The module fails with that hint when lxcfix
@@ -140,6 +146,11 @@ backup_file:
   returned: changed, not in check mode
   type: str
   sample: /var/lib/lxcfix/backups/200/20261130T190301.123456Z-3f2a9c1d0b7e.conf
+host:
+  description: The managed host, by its inventory name (O(host)).
+  returned: success
+  type: str
+  sample: pve1
 restart_required:
   description: A container changed by this task still runs its old config (O(restart=false)).
   returned: success
@@ -148,8 +159,9 @@ restart_required:
 verified:
   description:
     - Every container this task changed was verified afterwards - its config on disk is the planned one and, when it
-      runs, a probe inside and its running device program show none of the problems the plan was for. False in check
-      mode, when nothing changed, and when no verify ran (O(restart=false), O(root)).
+      runs, a probe inside and its running device program show none of the problems the plan was for - and every one
+      it did not need to change checks clean as it was found (a rerun - the same checks, probed inside when it runs).
+      False in check mode, and when no verify ran (O(restart=false), O(root)) on a container it changed.
   returned: success
   type: bool
   sample: true
@@ -224,7 +236,9 @@ rolled_back:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.lxcfix.lxcfix.plugins.module_utils.lxcfix_api import error_result, load_api, text_of
+from ansible_collections.lxcfix.lxcfix.plugins.module_utils.lxcfix_api import (
+    error_result, load_api, option_words, text_of,
+)
 
 ARGUMENT_SPEC = dict(
     ct=dict(type="list", elements="str", required=True),
@@ -232,22 +246,28 @@ ARGUMENT_SPEC = dict(
     live=dict(type="bool", default=False),
     restart=dict(type="bool", default=True),
     root=dict(type="path"),
+    host=dict(type="str"),
 )
 
-SHOWN = ("ct", "path", "changed", "status", "style", "style_reason", "backup_file", "restarted",
+SHOWN = ("ct", "host", "path", "changed", "status", "style", "style_reason", "backup_file", "restarted",
          "restart_required", "verified", "step_reached", "steps", "diff", "findings")
 
 
-def summarize(results, check, want_diff):
-    """The task's result from the per-container ones."""
+def summarize(results, check, want_diff, host=None, found_clean=False):
+    """The task's result from the per-container ones. found_clean: `ct: all` found nothing to
+    do, and every container checks clean as it is."""
     changed = [r for r in results if r["changed"]]
     out = dict(
         changed=bool(changed),
-        containers=[dict((k, r[k]) for k in SHOWN) for r in results],
+        containers=[dict((k, option_words(r[k]) if k == "style_reason" else r[k]) for k in SHOWN)
+                    for r in results],
         findings=[dict(f, ct=r["ct"]) for r in results for f in r["findings"]],
         restart_required=any(r["restart_required"] for r in changed),
-        verified=bool(changed) and not check and all(r["verified"] for r in changed),
+        # the state each container was left in, or found in when nothing needed doing (a rerun)
+        verified=not check and (all(r["verified"] for r in results) if results else bool(found_clean)),
     )
+    if host is not None:
+        out["host"] = host
     if len(changed) == 1 and not check:
         out["backup_file"] = changed[0]["backup_file"]
     if want_diff and changed:
@@ -263,19 +283,22 @@ def main():
     check = module.check_mode
     results = []
     ct = None
+    found_clean = False
     try:
         cts = p["ct"]
         if cts == ["all"]:
             cts = api.pending(style=p["style"], root=p["root"])
+            if not cts and not check:  # a rerun: the state found, checked as a verify would
+                found_clean = all(api.clean(style=p["style"], root=p["root"]).values())
         elif "all" in cts:
             module.fail_json(msg="ct: 'all' stands alone (got %s)" % ", ".join(cts))
         for ct in cts:
             results.append(api.fix(ct, style=p["style"], live=p["live"], restart=p["restart"], check=check,
-                                   root=p["root"]))
+                                   root=p["root"], host=p["host"]))
     except api.LxcfixError as e:
-        done = summarize(results, check, module._diff)
+        done = summarize(results, check, module._diff, p["host"])
         module.fail_json(ct=ct, **dict(done, **error_result(e)))
-    module.exit_json(**summarize(results, check, module._diff))
+    module.exit_json(**summarize(results, check, module._diff, p["host"], found_clean))
 
 
 if __name__ == "__main__":
