@@ -172,7 +172,7 @@ def test_fix_through_a_link_out_of_the_snapshot_fails_the_task_and_writes_nothin
     assert run.rc != 0
     fix = run.task("Fix")
     assert fix["_status"] == "failed" and fix["exit_code"] == 2 and fix["rolled_back"] is False, run.output()
-    assert fix["msg"].startswith("lxcfix: --root ") and "outside the snapshot" in fix["msg"]
+    assert fix["msg"].startswith("lxcfix: root ") and "outside the snapshot" in fix["msg"]
     assert tree_bytes(outside) == before and tree_bytes(snap) == inside
     assert not (snap / ".lxcfix/state").exists()
 
