@@ -17,8 +17,6 @@ never go next to the config.
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import os
 from dataclasses import dataclass
 from typing import Callable
@@ -76,23 +74,19 @@ class StateLock(Lock):
         return Refused(f"another lxcfix holds {self.path} (an apply or rollback of this container in this "
                        "snapshot); nothing changed, try again when it is done")
 
-    def do(self, tx) -> None:
+    def _unusable(self, why: str) -> StateError:
+        return StateError(f"lock {self.path}: {why}; nothing changed")
+
+    def _open(self) -> int:
+        """The lock file in the state dir's locks/, opened through that directory (no link followed)."""
         dfd = self.state.open_dir("locks")
         try:
-            fd = os.open(os.path.basename(self.path), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
-                         0o600, dir_fd=dfd)
+            return os.open(os.path.basename(self.path), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                           0o600, dir_fd=dfd)
         except OSError as e:
-            raise StateError(f"lock {self.path}: {e.strerror or e}; nothing changed") from None
+            raise self._unusable(e.strerror or str(e)) from None
         finally:
             os.close(dfd)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
-            os.close(fd)
-            if e.errno in (errno.EAGAIN, errno.EACCES):
-                raise self._held() from None
-            raise StateError(f"lock {self.path}: {e.strerror or e}; nothing changed") from None
-        self._fd = fd
 
 
 @dataclass

@@ -151,12 +151,16 @@ class Lock(Step):
         finally:
             os.close(fd)
 
-    def do(self, tx) -> None:
+    def _open(self) -> int:
+        """The lock file's descriptor, created when absent (never through a symlink)."""
         try:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+            return os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         except OSError as e:
             raise self._unusable(e.strerror or str(e)) from None
+
+    def do(self, tx) -> None:
+        fd = self._open()
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
