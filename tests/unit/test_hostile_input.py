@@ -124,17 +124,22 @@ def test_run_bounded_stops_at_the_cap_and_kills_the_command():
 
 
 def test_run_bounded_deadline_kills_the_whole_group():
+    # A duration of this test's own, so nothing else on the machine (the next test's leftover,
+    # another run's) passes for a survivor of this group.
     start = time.monotonic()
-    r = run_bounded(["sh", "-c", "sleep 300 & sleep 300; echo never"], timeout=1)
+    r = run_bounded(["sh", "-c", "sleep 301.25 & sleep 301.25; echo never"], timeout=1)
     assert r.rc == 124 and "timed out after 1s" in r.stderr and time.monotonic() - start < 5
-    left = subprocess.run(["pgrep", "-f", "sleep 300"], capture_output=True, text=True).stdout
+    left = subprocess.run(["pgrep", "-f", "sleep 301.25"], capture_output=True, text=True).stdout
     assert not left.strip()
 
 
 def test_run_bounded_does_not_wait_for_what_a_command_left_running():
     start = time.monotonic()
-    r = run_bounded(["sh", "-c", "echo done; sleep 300 & exit 3"], timeout=60)
-    assert (r.rc, r.stdout) == (3, "done\n") and time.monotonic() - start < 10
+    try:
+        r = run_bounded(["sh", "-c", "echo done; sleep 302.5 & exit 3"], timeout=60)
+        assert (r.rc, r.stdout) == (3, "done\n") and time.monotonic() - start < 10
+    finally:  # what the command left running is this test's to end
+        subprocess.run(["pkill", "-f", "sleep 302.5"], capture_output=True)
 
 
 def test_local_run_is_bounded_by_default_and_feeds_input():
