@@ -340,7 +340,17 @@ def _lstat_nodes(paths: Sequence[str], local) -> dict[str, DeviceNode]:
 
 
 class _Commands:
-    """device_nodes() for transports that only run commands (SSH, a container)."""
+    """device_nodes(), listdir() and isdir() for transports that only run commands (SSH, a
+    container); each may answer them its own way instead (Ssh does)."""
+
+    def listdir(self, path: str) -> list[str]:
+        result = self.run(["ls", "-1A", "--", path])  # type: ignore[attr-defined]
+        if not result.ok:
+            raise FileNotFoundError(errno.ENOENT, result.tail(), path)
+        return sorted(n for n in result.stdout.split("\n") if n)
+
+    def isdir(self, path: str) -> bool:
+        return self.run(["test", "-d", path]).ok  # type: ignore[attr-defined]
 
     def device_nodes(self, paths: Sequence[str] | None = None) -> dict[str, DeviceNode]:
         if paths is None:
@@ -507,15 +517,6 @@ class ContainerExec(_Commands):
             raise FileNotFoundError(errno.ENOENT, result.tail(), path)
         return result.stdout.encode("utf-8", "surrogateescape")
 
-    def listdir(self, path: str) -> list[str]:
-        result = self.run(["ls", "-1A", "--", path])
-        if not result.ok:
-            raise FileNotFoundError(errno.ENOENT, result.tail(), path)
-        return sorted(n for n in result.stdout.split("\n") if n)
-
-    def isdir(self, path: str) -> bool:
-        return self.run(["test", "-d", path]).ok
-
 
 @dataclass
 class InnerExec(_Commands):
@@ -549,15 +550,6 @@ class InnerExec(_Commands):
         if result.truncated or not result.ok:
             raise OSError(errno.EFBIG if result.truncated else errno.ENOENT, result.tail(), path)
         return result.stdout.encode("utf-8", "surrogateescape")
-
-    def listdir(self, path: str) -> list[str]:
-        result = self.run(["ls", "-1A", "--", path])
-        if not result.ok:
-            raise FileNotFoundError(errno.ENOENT, result.tail(), path)
-        return sorted(n for n in result.stdout.split("\n") if n)
-
-    def isdir(self, path: str) -> bool:
-        return self.run(["test", "-d", path]).ok
 
 
 @dataclass
