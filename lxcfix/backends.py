@@ -210,3 +210,23 @@ def detect(transport: Transport) -> Proxmox | Lxc:
     except OSError:
         pass
     return Lxc()
+
+
+def choose(transport: Transport, backend: str = "auto", pve_dir: str | None = None,
+           lxc_path: str | None = None) -> Proxmox | Lxc:
+    """An inventory's lxcfix_backend when given ("pve", "lxc"), else detect(); its
+    lxcfix_pve_dir / lxcfix_lxc_path honoured."""
+    if backend == "pve":
+        return Proxmox(pve_dir=pve_dir) if pve_dir else Proxmox()
+    if backend == "lxc":
+        return Lxc(lxcpath=lxc_path) if lxc_path else Lxc()
+    if pve_dir:
+        try:
+            if transport.isdir(pve_dir):
+                return Proxmox(pve_dir=pve_dir)
+        except OSError:
+            pass
+    found = detect(transport)
+    if found.name == "lxc" and lxc_path:
+        return Lxc(lxcpath=lxc_path)
+    return found

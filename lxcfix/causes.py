@@ -109,15 +109,22 @@ class Reach:
            'lxcfix apply --ct 201 --root "$snap" --no-restart'
         Reach(root=...).show("plan", "201")       -> "lxcfix plan --ct 201 --root examples/pve-gpu-host"
 
+        Reach(ssh=("ssh", "root@pve1"), inventory="inv.yaml", name="pve1").apply("200")
+        -> "lxcfix apply --ct 200 --inventory inv.yaml --host pve1"
+
     A snapshot's changes go to a fresh copy (`apply --root` edits the tree it is
     given: a bundled example's, a checkout's, is never the one); what only reads
-    (plan, diagnose, scan) reads the snapshot itself. A fleet host's fix runs
-    there through ssh, with lxcfix installed on it (`apply` takes no --inventory)."""
+    (plan, diagnose, scan) reads the snapshot itself. A fleet host's apply, plan,
+    diagnose and rollback run from here through its inventory (the agent does the
+    change on the host: no lxcfix install there); the rest of lxcfix's own commands
+    (host-fix, hook) need lxcfix on the host and go there through ssh, as does
+    everything for an inventory read from stdin (no file to name)."""
 
     root: str | None = None
     ssh: tuple[str, ...] = ()
     inventory: str | None = None  # a fleet host: the inventory it was read from, and its name there
     name: str | None = None
+    flags: tuple[str, ...] = ()  # the fleet options it was reached with (--known-hosts F, --ssh-config F)
 
     @property
     def _root(self) -> str:
@@ -132,16 +139,16 @@ class Reach:
         """A command that reads only (plan, diagnose, scan, audit), on the snapshot itself; for a
         fleet host, the fleet scan (scan, audit, diagnose: `scan --ct`) or, for plan, over ssh."""
         cts = ["--ct", ct] if ct is not None else []
-        if self.inventory is not None and command in ("scan", "audit", "diagnose"):
-            argv = ["lxcfix", "scan" if command == "diagnose" else command, *extra,
-                    "--inventory", self.inventory, "--host", self.name or "", *cts]
-            return " ".join(map(shlex.quote, argv))
+        if self.inventory is not None and command in FLEET:
+            return self._fleet([command, *cts, *extra])
         line = " ".join(map(shlex.quote, ["lxcfix", command, *cts, *extra]))
         line += f" --root {self._root}" if self.root else ""
         return self._over_ssh(line)
 
     def apply(self, ct: str, *extra: str) -> str:
         """`lxcfix apply --ct CT`, where it changes what it should: a snapshot's copy, not the snapshot."""
+        if self.inventory is not None:
+            return self._fleet(["apply", "--ct", ct, *extra])
         line = " ".join(map(shlex.quote, ["lxcfix", "apply", "--ct", ct, *extra]))
         if self.root is not None:
             return f'{self._copy()} && {line} --root "$snap" --no-restart'
@@ -157,6 +164,8 @@ class Reach:
         words, sep, comment = text.partition("    #")
         head, _, rest = words.strip().partition(" ")[2].partition(" ")
         tail = f" {rest}" if rest else ""
+        if self.inventory is not None and head in FLEET:
+            return self._fleet([head, *shlex.split(rest)]) + (f"    #{comment}" if sep else "")
         if self.root is not None and head in READS_ONLY:
             line = f"lxcfix {head} --root {self._root}{tail}"
         elif self.root is not None:
@@ -164,6 +173,11 @@ class Reach:
         else:
             line = self._over_ssh(f"lxcfix {head}{tail}", tty=head not in READS_ONLY)
         return line + (f"    #{comment}" if sep else "")
+
+    def _fleet(self, words: list[str]) -> str:
+        """A command run from here on the fleet host, through the inventory it was read from."""
+        argv = ["lxcfix", *words, "--inventory", self.inventory or "", "--host", self.name or "", *self.flags]
+        return " ".join(map(shlex.quote, argv))
 
     def _over_ssh(self, line: str, tty: bool = False) -> str:
         if not self.ssh:
@@ -174,6 +188,7 @@ class Reach:
 
 LOCAL = Reach()
 READS_ONLY = frozenset({"scan", "diagnose", "plan", "audit", "facts", "explain"})
+FLEET = frozenset({"scan", "audit", "diagnose", "plan", "apply", "rollback"})  # take --inventory --host
 
 
 def ids(findings: Sequence[Finding], facts: HostFacts | None = None) -> list[str]:

@@ -19,13 +19,13 @@ from typing import List, Optional
 
 import typer
 
-from . import __version__, causes, devices, report, repair
-from .errors import BadInput, ExitCode, LxcfixError
+from . import __version__, agent, causes, devices, report, repair
+from .errors import BadInput, ExitCode, LxcfixError, Unreachable
 from .gather import host_facts
 from .model import CtReport, HostReport
-from .outcome import Applied, Audited, Hooked, Planned, Scanned, Shown
+from .outcome import Applied, Audited, Hooked, Planned, Rolled, Scanned, Shown
 
-OUTCOMES = (Applied, Audited, Hooked, Planned, Scanned, Shown)
+OUTCOMES = (Applied, Audited, Hooked, Planned, Rolled, Scanned, Shown)
 
 app = typer.Typer(
     add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -173,8 +173,9 @@ def _reach(root: str | None) -> "causes.Reach":
 
 
 def _ssh_reach(entry, req: "FleetRequest") -> "causes.Reach":
-    """A fleet host's commands run there, over ssh, as the scan reached it (its address, port,
-    user, key, and the known_hosts and ssh config the scan was given): `apply` takes no --inventory."""
+    """How a fleet host's commands reach it: apply, plan, diagnose, rollback, scan and audit through the
+    same inventory, with the known_hosts and ssh config the scan was given; lxcfix's other commands
+    (host-fix, hook) over ssh, as the scan reached it (its address, port, user, key)."""
     if entry.connection == "local":
         return causes.LOCAL
     argv = ["ssh"]
@@ -188,8 +189,10 @@ def _ssh_reach(entry, req: "FleetRequest") -> "causes.Reach":
     if entry.key_file:
         argv += ["-i", entry.key_file]
     argv.append(f"{entry.user}@{entry.destination}" if entry.user else entry.destination)
+    flags = (*(("--known-hosts", req.known_hosts) if req.known_hosts else ()),
+             *(("--ssh-config", req.ssh_config) if req.ssh_config else ()))
     return causes.Reach(ssh=tuple(argv), inventory=req.inventory if req.inventory != "-" else None,
-                        name=entry.name)
+                        name=entry.name, flags=flags)
 
 
 def _print_diff(diff: str) -> None:
@@ -403,30 +406,47 @@ def scan(
 @app.command(short_help="One container in depth: each cause, its proof and its fix.",
              epilog=examples(
                  "lxcfix diagnose --ct 200", "causes, proof from inside, the one command that fixes them",
-                 "lxcfix diagnose --ct 200 -v", "every finding with its evidence",
-                 "lxcfix diagnose --ct 200 --inner frigate", "the same checks inside its Docker container frigate"))
+                 "lxcfix diagnose --ct 200 --inner frigate", "the same checks inside its Docker container frigate",
+                 "lxcfix diagnose --ct 200 --inventory inventory/prod.yaml --host pve1", "a container of a fleet host"))
 def diagnose(
     ct: str = CtOpt, host: Optional[List[str]] = HostOpt, root: Optional[str] = RootOpt,
+    inventory: Optional[str] = InventoryOpt,
     as_json: bool = typer.Option(False, "--json", help="One JSON document on stdout."),
     verbose: bool = VerboseOpt,
     inner: Optional[str] = InnerOpt,
+    known_hosts: Optional[str] = KnownHostsOpt, ssh_config: Optional[str] = SshConfigOpt,
 ) -> Scanned:
     """One container in depth: each cause, the proof (probed inside when it runs), the fix, then the findings
     it explains."""
-    target = repair.open_target(root, host)
-    rep, c = repair.one(target, ct, probe=True, inner=inner)
+    if inventory is not None:
+        _one_fleet_host(inventory, host, root, "diagnose")
+        if inner is not None:
+            raise BadInput("--inner probes one host's containers from that host: not with --inventory")
+        reaches: dict = {}
+        (rep,) = _fleet(FleetRequest(inventory, tuple(host or ()), (ct,), True, "auto", 1, known_hosts, False,
+                                     ssh_config, keep_context=True), show_progress=False, reaches=reaches)
+        if rep.error:
+            raise Unreachable(f"{rep.host}: {rep.error}")
+        reach = reaches.get(rep.host, causes.LOCAL)
+        c = next((c for c in rep.containers if c.ct == ct), None)
+        if c is None:
+            raise BadInput(f"no container {ct!r} on {rep.host} (the inventory's lxcfix_containers may leave it out)")
+    else:
+        target = repair.open_target(root, host)
+        rep, c = repair.one(target, ct, probe=True, inner=inner)
+        reach = _reach(root)
     one = HostReport(rep.host, rep.backend, rep.facts, (c,))
     if as_json:
-        _json(report.document("diagnose", [one], reach={one.host: _reach(root)}))
+        _json(report.document("diagnose", [one], reach={one.host: reach}))
     else:
         state = f" ({c.status})" if c.status else ""
         say(f"CT {ct}{state} on {rep.host}: {c.path}", "bold")
         if not c.findings:
             say("no problems found", "green")
         elif verbose:
-            _print_findings(c.findings, ct_label=False, evidence=True, reach=_reach(root))
+            _print_findings(c.findings, ct_label=False, evidence=True, reach=reach)
         else:
-            _print_causes(c, rep.facts, _reach(root))
+            _print_causes(c, rep.facts, reach)
             _hint()
     return Scanned([one], "diagnose")
 
@@ -434,13 +454,21 @@ def diagnose(
 @app.command(short_help="The fix, as a unified diff of the config.",
              epilog=examples(
                  "lxcfix plan --ct 200", "the change apply would make (nothing when there is nothing to do)",
-                 "lxcfix plan --ct 200 --style path", "path-form rules instead, which survive a moved major",
-                 "lxcfix plan --root examples/pve-gpu-host --ct 201", "the fix for a bundled snapshot"))
+                 "lxcfix plan --root examples/pve-gpu-host --ct 201", "the fix for a bundled snapshot",
+                 "lxcfix plan --ct 200 --inventory inventory/prod.yaml --host pve1",
+                 "planned on that host itself (no lxcfix install needed there)"))
 def plan(
     ct: str = CtOpt, host: Optional[List[str]] = HostOpt, root: Optional[str] = RootOpt, style: str = StyleOpt,
     write_subgid: bool = WriteSubgidOpt, mode_0666: bool = Mode0666Opt,
-) -> Planned:
+    inventory: Optional[str] = InventoryOpt,
+    known_hosts: Optional[str] = KnownHostsOpt, ssh_config: Optional[str] = SshConfigOpt,
+):
     """Print the fix as a unified diff of the config (nothing when there is nothing to do)."""
+    if inventory is not None:
+        entry = _one_fleet_host(inventory, host, root, "plan")
+        req = {"op": "plan", "ct": ct, "style": style, "asks": sorted(_asks(write_subgid, mode_0666))}
+        runs = _changes([entry], req, known_hosts, ssh_config, show=lambda r: _print_run(r, diff=True))
+        return Rolled(runs, check=True)
     target = repair.open_target(root, host)
     _, c = repair.one(target, ct, style, asks=_asks(write_subgid, mode_0666), editable=True)
     say(f"style: {c.plan.style} ({c.plan.style_reason})", "dim", err)
@@ -452,11 +480,16 @@ def plan(
 @app.command(short_help="Apply the fix: back up, write, restart or --live, verify, roll back on failure.",
              epilog=examples(
                  "lxcfix apply --ct 200 --dry-run", "the diff and every step apply would take; nothing changes",
-                 "lxcfix apply --ct 200 --live", "fix the running container in place, without a restart",
                  "cp -r examples/pve-gpu-host /tmp/snap && lxcfix apply --root /tmp/snap --ct 200 --no-restart --yes",
-                 "edit a copy of a snapshot (the checkout stays clean)"))
+                 "edit a copy of a snapshot (the checkout stays clean)",
+                 "lxcfix apply --all --inventory inventory/prod.yaml --serial 4 --max-fail 1",
+                 "rolling, 4 hosts at a time; stop once 2 hosts failed (default: one at a time, stop at the first)"))
 def apply(
-    ct: str = CtOpt, host: Optional[List[str]] = HostOpt, root: Optional[str] = RootOpt,
+    ct: Optional[str] = typer.Option(None, "--ct", metavar="ID", help="Container: Proxmox vmid or LXC name."),
+    all_: bool = typer.Option(False, "--all", help="Every container with a fix (of the host, or of each "
+                              "inventory host; its lxcfix_containers when set)."),
+    host: Optional[List[str]] = HostOpt, root: Optional[str] = RootOpt,
+    inventory: Optional[str] = InventoryOpt,
     dry_run: bool = typer.Option(False, "--dry-run", help="Check mode: show the diff and the steps, and check "
                                  "every step's precondition as the apply would (exit 1: it would go ahead; "
                                  "2 or 3: the error the apply would stop with); change nothing."),
@@ -465,13 +498,28 @@ def apply(
     live: bool = typer.Option(False, "--live", help="Fix the running container in place, without a restart."),
     style: str = StyleOpt,
     write_subgid: bool = WriteSubgidOpt, mode_0666: bool = Mode0666Opt,
-) -> Applied:
+    serial: int = typer.Option(1, "--serial", metavar="N", min=1, max=256,
+                               help="With --inventory: hosts changed at once (default 1: one after another)."),
+    max_fail: int = typer.Option(0, "--max-fail", metavar="N", min=0,
+                                 help="With --inventory: hosts that may fail (rolled back, or lost mid-run) "
+                                      "before no further host is started (default 0: stop at the first)."),
+    known_hosts: Optional[str] = KnownHostsOpt, ssh_config: Optional[str] = SshConfigOpt,
+    as_json: bool = typer.Option(False, "--json", help="With --inventory or --all: one JSON document on stdout."),
+):
     """Back up, write atomically, restart (or --live: change it in place), verify; roll back on any failure."""
-    target = repair.open_target(root, host)
+    if (ct is None) == (not all_):
+        raise BadInput("name one container (--ct ID) or every container with a fix (--all)")
     if root is not None and not no_restart:
         raise BadInput("--root edits a snapshot: add --no-restart (there is no container to restart)")
     if live and (root is not None or no_restart):
         raise BadInput("--live changes a running container in place: not with --root or --no-restart")
+    if inventory is not None or all_:
+        return _apply_many(ct, host, root, inventory, dry_run=dry_run, yes=yes, restart=not no_restart, live=live,
+                           style=style, asks=_asks(write_subgid, mode_0666), serial=serial, max_fail=max_fail,
+                           known_hosts=known_hosts, ssh_config=ssh_config, as_json=as_json)
+    if as_json:
+        raise BadInput("--json: with --inventory or --all (one container's apply prints its diff and steps)")
+    target = repair.open_target(root, host)
     rep, c = repair.one(target, ct, style, probe=live, asks=_asks(write_subgid, mode_0666), editable=True)
     p = c.plan
     if p.is_empty:
@@ -481,9 +529,7 @@ def apply(
     _print_diff(p.diff())
     say(f"style: {p.style} ({p.style_reason})", "dim", err)
     if dry_run:
-        _print_steps("steps apply would take", tx.describe_steps()
-                     + ["on failure: undo the steps done, in reverse (restore the backup, restart or undo the "
-                        "live change), exit 4"])
+        _print_steps("steps apply would take", tx.describe_steps() + [agent.ON_FAILURE])
         verdict = tx.check()  # check mode: the apply's own preconditions, nothing done
         _print_verdict("apply", verdict)
         verdict.raise_error()
@@ -498,16 +544,169 @@ def apply(
 @app.command(epilog=examples(
     "lxcfix rollback --ct 200", "restore the newest backup apply took, and restart",
     "lxcfix rollback --ct 200 --to /var/lib/lxcfix/backups/200/FILE.conf", "a given backup",
-    "lxcfix rollback --root /tmp/snap --ct 200 --no-restart", "in a snapshot apply edited"))
+    "lxcfix rollback --ct 200 --inventory inventory/prod.yaml --host pve1", "on a fleet host, from its own backups"))
 def rollback(
     ct: str = CtOpt, host: Optional[List[str]] = HostOpt, root: Optional[str] = RootOpt,
     to: Optional[str] = typer.Option(None, "--to", metavar="FILE", help="Backup file to restore (default: the newest)."),
     no_restart: bool = typer.Option(False, "--no-restart", help="Restore the file only."),
-) -> Applied:
+    inventory: Optional[str] = InventoryOpt,
+    known_hosts: Optional[str] = KnownHostsOpt, ssh_config: Optional[str] = SshConfigOpt,
+):
     """Restore a backup taken by apply."""
+    if inventory is not None:
+        entry = _one_fleet_host(inventory, host, root, "rollback")
+        req = {"op": "rollback", "ct": ct, "to": to, "restart": not no_restart}
+        return Rolled(_changes([entry], req, known_hosts, ssh_config, show=lambda r: _print_run(r, diff=False)))
     result = repair.rollback(repair.open_target(root, host), ct, to, restart=not no_restart)
     say(result.message)
     return Applied(result)
+
+
+# ---- changes through the agent (fleetapply.py): fleet hosts, or every container of this host
+
+RUN_STYLE = {"applied": "green", "restored": "green", "nothing-to-do": None, "would-apply": "yellow",
+             "planned": None, "refused": "yellow", "skipped": "dim", "not-tried": "dim", "rolled-back": "bold red",
+             "rollback-failed": "bold red", "failed": "bold red", "lost": "bold red", "unreachable": "bold red",
+             "no-python": "bold red"}
+
+
+def _fleet_entries(inventory: str, hosts: Optional[List[str]], root: Optional[str]) -> list:
+    from . import inventory_io
+
+    if root is not None:
+        raise BadInput("--inventory and --root: one or the other")
+    entries = inventory_io.load_file(inventory).select(list(hosts or ()))
+    if not entries:
+        raise BadInput(f"{inventory}: no host matches {', '.join(hosts or ()) or 'the inventory'}")
+    return entries
+
+
+def _one_fleet_host(inventory: str, hosts: Optional[List[str]], root: Optional[str], command: str):
+    """--ct names a container of one host: --host must pick exactly one."""
+    entries = _fleet_entries(inventory, hosts, root)
+    if len(entries) != 1:
+        raise BadInput(f"{command} --ct with --inventory: --host must name one host (it names "
+                       f"{len(entries)}: {', '.join(e.name for e in entries[:5])}{', ...' if len(entries) > 5 else ''})")
+    return entries[0]
+
+
+def _agent_for(known_hosts: Optional[str], ssh_config: Optional[str]):
+    """The agent over SSH (strict host keys: a change never trusts a new key; scan
+    --accept-new-host-keys records it first)."""
+    from . import fleet, fleetapply, ssh
+
+    options = ssh.SshOptions.from_cli(known_hosts=known_hosts, accept_new=False, ssh_config=ssh_config)
+    options.check()
+    return fleetapply.agent_over(fleet.SshConnector(options))
+
+
+def _changes(entries: list, request, known_hosts, ssh_config, show, serial: int = 1, max_fail: int = 0,
+             agent_fn=None, name: Optional[str] = None) -> list:
+    """Each host's part run by the agent, rolling (fleetapply.roll); request: a dict, or entry -> dict.
+    name: what the one host is called (this host, a snapshot) when there is no inventory entry."""
+    from . import fleetapply
+
+    run_agent = agent_fn or _agent_for(known_hosts, ssh_config)
+    request_of = request if callable(request) else (lambda e: request)
+
+    def one(e):
+        r = fleetapply.host_run(e, run_agent, fleetapply.request_for(e, request_of(e)), name=name)
+        return r
+
+    return fleetapply.roll(entries, one, serial=serial, max_fail=max_fail, on_done=show)
+
+
+def _print_run(r, diff: bool, steps: bool = False, label: bool = True) -> None:
+    """One host's part: each container's diff (and steps and check, for a check run), then its outcome."""
+    from .fleetapply import WORDS
+
+    head = f"{r.host}: " if label else ""
+    if not r.results:
+        text = r.message if r.status == "nothing-to-do" else f"{WORDS.get(r.status, r.status)}: {r.message}"
+        say(f"{head}{text}", RUN_STYLE.get(r.status))
+        return
+    for rec in r.results:
+        if diff and rec.get("diff"):
+            say(f"{head}CT {rec['ct']}: {rec.get('path', '')}", "bold")
+            _print_diff(rec["diff"])
+            if rec.get("style"):
+                say(f"style: {rec['style']} ({rec.get('style_reason', '')})", "dim", err)
+        if steps and rec.get("steps"):
+            _print_steps("steps apply would take", rec["steps"])
+            v = rec.get("verdict") or {}
+            if v.get("ok"):
+                say("check: every step's precondition holds: apply would go ahead", "green")
+            elif v:
+                n = rec["steps"].index(v["step"]) + 1 if v.get("step") in rec["steps"] else "?"
+                say(f"check: apply would stop at step {n} ({v.get('step')}), exit {v.get('exit_code')}", "yellow")
+        say(f"{head}{rec['message']}", RUN_STYLE.get(rec["outcome"]))
+
+
+def _print_summary(runs: list) -> None:
+    from .fleetapply import WORDS, summary_line
+
+    out.print()
+    say(summary_line(runs), "bold")
+    width = max(len(r.host) for r in runs)
+    for r in runs:
+        what = r.message or "; ".join(f"CT {x['ct']}: {WORDS.get(x['outcome'], x['outcome'])}" for x in r.results)
+        say(f"  {r.host.ljust(width)}  {WORDS.get(r.status, r.status):<15} {what}", RUN_STYLE.get(r.status))
+
+
+def _apply_many(ct, hosts, root, inventory, *, dry_run: bool, yes: bool, restart: bool, live: bool, style: str,
+                asks: frozenset, serial: int, max_fail: int, known_hosts, ssh_config, as_json: bool) -> Rolled:
+    """apply --inventory (one host's --ct, or --all over the hosts), or apply --all on this host or
+    snapshot. Without --yes (and not --dry-run): a check run first, its diffs shown and confirmed,
+    then the real run of exactly those changes (a config changed meanwhile is refused)."""
+    from . import fleetapply
+
+    base = {"op": "apply-all" if ct is None else "apply", "dry_run": dry_run, "restart": restart, "live": live,
+            "style": style, "asks": sorted(asks), **({"ct": ct} if ct is not None else {})}
+    label = None
+    if inventory is not None:
+        entries = [_one_fleet_host(inventory, hosts, root, "apply")] if ct is not None \
+            else _fleet_entries(inventory, hosts, root)
+        agent_fn = _agent_for(known_hosts, ssh_config)
+    else:
+        repair.open_target(root, hosts)  # a bad --root or --host: bad input before anything runs
+        entries = [None]
+        label = os.path.basename(os.path.abspath(root).rstrip("/")) if root else "this host"
+        agent_fn = lambda entry, req: agent.serve({**req, "root": root})  # noqa: E731  (in this process)
+    many = inventory is not None
+    name = None if many else label
+
+    def show(r, diff=True, steps=dry_run):
+        if not as_json:
+            _print_run(r, diff=diff, steps=steps, label=many)
+
+    def run(entries, request, show, serial=serial, max_fail=max_fail):
+        return _changes(entries, request, None, None, show, serial, max_fail, agent_fn, name)
+
+    if dry_run or yes:
+        runs = run(entries, base, show)
+    else:
+        checked = run(entries, {**base, "dry_run": True}, lambda r: show(r, steps=False), serial=8, max_fail=10**6)
+        expect = [{x["ct"]: x["before"] for x in r.results if x["outcome"] == "would-apply"} for r in checked]
+        todo = [i for i, ex in enumerate(expect) if ex]
+        if not todo:
+            runs = checked
+        else:
+            n = sum(len(ex) for ex in expect)
+            _confirm(f"apply {n} change(s)" + (f" on {len(todo)} host(s)" if many else "") + "?")
+            by_entry = {id(entries[i]): expect[i] for i in todo}
+
+            def confirmed(e):
+                ex = by_entry[id(e)]
+                return {**base, "expect": ex[ct]} if ct is not None else {**base, "expect": ex}
+
+            done = iter(run([entries[i] for i in todo], confirmed, lambda r: show(r, diff=False)))
+            runs = [next(done) if i in todo else checked[i] for i in range(len(entries))]
+    if as_json:
+        _json({"command": "apply", "check": dry_run, "hosts": [r.to_json() for r in runs],
+               "exit_code": fleetapply.worst_exit(runs)})
+    elif many or len(runs[0].results) > 1:
+        _print_summary(runs)
+    return Rolled(runs, check=dry_run)
 
 
 @app.command(short_help="What breaks on the next reboot or driver upgrade, and the change that prevents it.",

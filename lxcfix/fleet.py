@@ -33,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import replace
 
 from . import codes, gather
-from .backends import Lxc, Proxmox, detect
+from .backends import Lxc, Proxmox, choose
 from .errors import BadInput, LxcfixError
 from .inventory import HostEntry
 from .scan import CtReport, HostReport, one_by_one, scan_host, unusable_reports
@@ -129,23 +129,7 @@ def unreachable(host: str, reason: str, seconds: float = 0.0) -> HostReport:
 
 def pick_backend(t: Transport, entry: HostEntry) -> Proxmox | Lxc:
     """lxcfix_backend when given, else backends.detect() (lxcfix_pve_dir / lxcfix_lxc_path honoured)."""
-    if entry.backend == "pve":
-        return Proxmox(pve_dir=entry.pve_dir) if entry.pve_dir else Proxmox()
-    if entry.backend == "lxc":
-        return Lxc(lxcpath=entry.lxc_path) if entry.lxc_path else Lxc()
-    if entry.pve_dir and _isdir(t, entry.pve_dir):
-        return Proxmox(pve_dir=entry.pve_dir)
-    found = detect(t)
-    if found.name == "lxc" and entry.lxc_path:
-        return Lxc(lxcpath=entry.lxc_path)
-    return found
-
-
-def _isdir(t: Transport, path: str) -> bool:
-    try:
-        return t.isdir(path)
-    except OSError:
-        return False
+    return choose(t, entry.backend, entry.pve_dir, entry.lxc_path)
 
 
 def node_name(t: Transport, entry: HostEntry) -> str | None:

@@ -74,6 +74,19 @@ class Audited:
 
 
 @dataclass(frozen=True)
+class Rolled:
+    """A change run on many hosts, or many containers (fleetapply.HostRun each): the worst
+    host's exit code. check: a check run (nothing changed)."""
+
+    runs: Sequence[Any]
+    check: bool = False
+
+    @property
+    def exit_code(self) -> int:
+        return max((int(r.exit) for r in self.runs), default=0)
+
+
+@dataclass(frozen=True)
 class Hooked:
     """A Proxmox hookscript call: its code is Proxmox's answer (non-zero at pre-start refuses the start)."""
 

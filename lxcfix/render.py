@@ -52,6 +52,10 @@ def _templates() -> str:
     return os.path.join(top, "templates")
 
 
+# The templates of an lxcfix shipped to a host that has none installed (agent.py): set
+# before the first render, they are what _read_templates() returns.
+SHIPPED: dict[str, str] | None = None
+
 # The one read a pure module makes, declared (tests/unit/purity_guard.py allows exactly this
 # function): every template, once, at first use; from then on rendering reads nothing.
 READS_AT_FIRST_USE = ("_read_templates",)
@@ -60,6 +64,8 @@ READS_AT_FIRST_USE = ("_read_templates",)
 @functools.lru_cache(maxsize=1)
 def _read_templates() -> dict[str, str]:
     """{relative name: text} of every template file (not the package's own .py files)."""
+    if SHIPPED is not None:
+        return dict(SHIPPED)
     root = _templates()
     out: dict[str, str] = {}
     for folder, dirs, files in os.walk(root):

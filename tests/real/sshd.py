@@ -96,7 +96,8 @@ class Sshd:
     the command runs); sftp: the sftp Subsystem command (default internal-sftp)."""
 
     def __init__(self, directory: Path, keys: Keys, port: int, log_level: str = "INFO",
-                 sftp: str = "internal-sftp"):
+                 sftp: str = "internal-sftp", env: dict | None = None):
+        self.env = dict(env or {})  # SetEnv: what every session gets (a host's own PATH, state dir)
         self.dir = directory
         self.keys = keys
         self.port = port
@@ -112,12 +113,12 @@ class Sshd:
 
     @classmethod
     def start(cls, directory: Path, keys: Keys, port: int | None = None, tries: int = 5,
-              log_level: str = "INFO", sftp: str = "internal-sftp") -> Sshd:
+              log_level: str = "INFO", sftp: str = "internal-sftp", env: dict | None = None) -> Sshd:
         directory.mkdir(parents=True, exist_ok=True)
         os.makedirs(PRIVSEP_DIR, mode=0o755, exist_ok=True)
         last = None
         for _ in range(tries):
-            d = cls(directory, keys, port or free_port(), log_level=log_level, sftp=sftp)
+            d = cls(directory, keys, port or free_port(), log_level=log_level, sftp=sftp, env=env)
             try:
                 d._start()
                 return d
@@ -153,6 +154,7 @@ class Sshd:
             "MaxAuthTries 10",
             f"LogLevel {self.log_level}",
             f"Subsystem sftp {self.sftp}",
+            *([f"SetEnv {' '.join(f'{k}={v}' for k, v in self.env.items())}"] if self.env else []),
             "",
         ]))
 

@@ -306,15 +306,22 @@ def test_commands_are_quoted_and_reach_where_the_report_was_made():
     assert odd.show("plan", "200") == "lxcfix plan --ct 200 --root '/tmp/my snap'"
     assert odd.apply("200") == ("snap=$(mktemp -d)/'my snap' && cp -r '/tmp/my snap' \"$snap\" && "
                                 'lxcfix apply --ct 200 --root "$snap" --no-restart')
-    fleet = causes.Reach(ssh=("ssh", "-p", "2222", "root@10.0.0.5"), inventory="inv.yaml", name="hv1")
-    assert fleet.apply("200") == "ssh -t -p 2222 root@10.0.0.5 'lxcfix apply --ct 200'"
-    assert fleet.show("diagnose", "200") == "lxcfix scan --inventory inv.yaml --host hv1 --ct 200"
+    fleet = causes.Reach(ssh=("ssh", "-p", "2222", "root@10.0.0.5"), inventory="my inv.yaml", name="hv1")
+    assert fleet.apply("200") == "lxcfix apply --ct 200 --inventory 'my inv.yaml' --host hv1"
+    assert fleet.show("diagnose", "200") == "lxcfix diagnose --ct 200 --inventory 'my inv.yaml' --host hv1"
+    assert fleet.show("plan", "200") == "lxcfix plan --ct 200 --inventory 'my inv.yaml' --host hv1"
+    assert fleet.command("lxcfix apply --ct 200 --write-subgid") == \
+        "lxcfix apply --ct 200 --write-subgid --inventory 'my inv.yaml' --host hv1"
+    # lxcfix's host-side commands need lxcfix there: over ssh, as the scan reached it
     assert fleet.command("lxcfix host-fix --yes    # why") == "ssh -t -p 2222 root@10.0.0.5 'lxcfix host-fix --yes'    # why"
+    stdin_fleet = causes.Reach(ssh=("ssh", "root@10.0.0.5"), name="hv1")  # `--inventory -`: no file to name
+    assert stdin_fleet.apply("200") == "ssh -t root@10.0.0.5 'lxcfix apply --ct 200'"
     assert causes.LOCAL.command("pct reboot 304") == "pct reboot 304"
 
 
 def test_a_fleet_hosts_commands_reach_it_as_the_scan_did():
-    """`apply` takes no --inventory: a fleet host's fix runs there over ssh, as the scan reached it."""
+    """A fleet host's apply, plan and diagnose run from here through the same inventory, with the
+    known_hosts and ssh config the scan had; host-fix goes over ssh, as the scan reached it."""
     from lxcfix import inventory
 
     text = ("all:\n  hosts:\n    hv1:\n      ansible_host: 10.0.0.5\n      ansible_port: 2222\n"
@@ -323,7 +330,10 @@ def test_a_fleet_hosts_commands_reach_it_as_the_scan_did():
     hv1, here = inventory.load(text, "inv.yaml").select(None)
     req = cli.FleetRequest("inv.yaml", known_hosts="/kh", ssh_config="/cfg")
     reach = cli._ssh_reach(hv1, req)
-    assert reach.apply("200") == ("ssh -t -F /cfg -o UserKnownHostsFile=/kh -p 2222 -i /keys/id root@10.0.0.5 "
-                                  "'lxcfix apply --ct 200'")
-    assert reach.show("diagnose", "200") == "lxcfix scan --inventory inv.yaml --host hv1 --ct 200"
+    assert reach.apply("200") == ("lxcfix apply --ct 200 --inventory inv.yaml --host hv1 --known-hosts /kh "
+                                  "--ssh-config /cfg")
+    assert reach.show("diagnose", "200") == ("lxcfix diagnose --ct 200 --inventory inv.yaml --host hv1 "
+                                             "--known-hosts /kh --ssh-config /cfg")
+    assert reach.command("lxcfix host-fix --yes") == ("ssh -t -F /cfg -o UserKnownHostsFile=/kh -p 2222 -i /keys/id "
+                                                      "root@10.0.0.5 'lxcfix host-fix --yes'")
     assert cli._ssh_reach(here, req) == causes.LOCAL
