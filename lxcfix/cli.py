@@ -622,8 +622,7 @@ def _print_run(r, diff: bool, steps: bool = False, label: bool = True) -> None:
 
     head = f"{r.host}: " if label else ""
     if not r.results:
-        text = r.message if r.status == "nothing-to-do" else f"{WORDS.get(r.status, r.status)}: {r.message}"
-        say(f"{head}{text}", RUN_STYLE.get(r.status))
+        say(f"{head}{r.message or WORDS.get(r.status, r.status)}", RUN_STYLE.get(r.status))
         return
     for rec in r.results:
         if diff and rec.get("diff"):

@@ -137,14 +137,14 @@ def parse_reply(stdout: str, stderr: str, rc: int, nonce: str, host: str) -> dic
     if at < 0:
         tail = " ".join((stderr or stdout).split())[-300:]
         if rc == 127 or ("python3" in tail and "not found" in tail):
-            raise NoPython(f"{host}: no python3 there (lxcfix runs its transaction on the host with the host's "
-                           "python3: apt install python3); nothing changed")
-        raise NoReply(f"{host}: the agent ended without a reply (exit {rc}: {tail or 'no output'}); what it "
+            raise NoPython("python3 is not installed there (lxcfix runs its transaction on the host with the "
+                           "host's python3: apt install python3); nothing changed")
+        raise NoReply(f"the agent ended without a reply (exit {rc}: {tail or 'no output'}); what it "
                       f"did, its journal there says: lxcfix rollback --inventory ... --host {host} --ct ID "
                       "restores a container's newest backup")
     body = stdout[at + len(head):].strip()
     if body.startswith("OLD "):
-        raise OldPython(f"{host}: its python3 is {body[4:20].strip()}; lxcfix needs "
+        raise OldPython(f"its python3 is {body[4:20].strip()}; lxcfix needs "
                         f"{'.'.join(map(str, MIN_PYTHON))} or later there; nothing changed")
     try:
         inflate = zlib.decompressobj()
@@ -154,7 +154,7 @@ def parse_reply(stdout: str, stderr: str, rc: int, nonce: str, host: str) -> dic
         doc = json.loads(raw)
         return check_doc(doc)
     except (ValueError, zlib.error, TypeError, KeyError) as e:
-        raise NoReply(f"{host}: the agent's reply does not read ({e}); what it did, its journal there says") from None
+        raise NoReply(f"the agent's reply does not read ({e}); what it did, its journal there says") from None
 
 
 _FIELDS = {"ct": str, "outcome": str, "exit": int, "message": str, "diff": str, "style": str,
