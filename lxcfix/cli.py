@@ -63,13 +63,18 @@ class _Console:
         """Forget the console: the next use makes one with the current --color (and NO_COLOR)."""
         self._console = None
 
-    def __getattr__(self, name):
+    def real(self):
+        """The rich Console itself (what rich's own classes, a Progress, are given: they use it
+        as a context manager, which a proxy's __getattr__ cannot stand in for)."""
         if self._console is None:
             from rich.console import Console
 
             self._console = Console(highlight=False, soft_wrap=True, **color_options(_color["mode"]),
                                     **self._options)
-        return getattr(self._console, name)
+        return self._console
+
+    def __getattr__(self, name):
+        return getattr(self.real(), name)
 
 
 out = _Console()
@@ -317,7 +322,7 @@ def _fleet(req: FleetRequest, show_progress: bool, reaches: dict | None = None) 
         reaches.update((e.name, _ssh_reach(e, req)) for e in entries)
     connect = fleet.SshConnector(options)
     # A terminal, not --color always: a progress bar must never land in a log.
-    with Progress(console=err, disable=not (show_progress and sys.stderr.isatty()), transient=True) as bar:
+    with Progress(console=err.real(), disable=not (show_progress and sys.stderr.isatty()), transient=True) as bar:
         task = bar.add_task("scanning", total=len(entries))
         return fleet.scan_fleet(entries, concurrency=req.concurrency, per_host=4, probe=req.probe, style=req.style,
                                 progress=lambda h, done, total: bar.update(task, completed=done, description=h),

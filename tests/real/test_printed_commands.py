@@ -328,3 +328,73 @@ def test_every_command_printed_for_real_containers_runs_and_fixes_its_cause(pve,
             assert {ct.vmid: Path(ct.conf_path).read_bytes() for ct in (running, stopped)} == originals, command
         collected.outcome[command] = what
     write_report(collected, tmp_path, "this-host")
+
+
+# ----------------------------------------------------------------- a fleet host, over SSH
+
+def test_every_command_printed_for_a_fleet_host_runs_from_here_and_fixes_its_cause(
+        container_factory, tun, tmp_path):
+    """The same, for a host reached through an inventory (a real sshd in front of this host's
+    real containers, its own state dir): every command lxcfix prints for it runs from the control
+    node as printed, through the inventory, and what changes is changed on that host by the agent."""
+    from .sshd import Keys
+    from .test_fleet_apply import Fleet
+
+    running = container_factory([harness_tun_mount()])
+    stopped = container_factory([harness_tun_mount()], start=False)
+    assert harness.open_errno(running, "/dev/net/tun") == "EPERM"
+    fleet = Fleet(tmp_path, Keys.make(tmp_path / "client"))
+    try:
+        fleet.add("hv1", [running, stopped])
+        originals = {c.name: Path(c.config_path).read_bytes() for c in (running, stopped)}
+        env = {**fleet.env(), "PATH": lxcfix_bin(tmp_path) + os.pathsep + fleet.env()["PATH"], "TERM": "dumb"}
+        where = ["--inventory", str(fleet.inventory), "--host", "hv1"]
+
+        def run(*args):
+            return subprocess.run(["lxcfix", *args], env=env, capture_output=True, text=True, timeout=240,
+                                  stdin=subprocess.DEVNULL, cwd=tmp_path)
+
+        collected = Collected()
+        outputs(run, collected, "fleet host hv1", [running.name, stopped.name], where)
+        assert collected.sources, "lxcfix printed no command for a fleet host's broken containers"
+        assert not [c for c in collected.sources if c.startswith("ssh ")], \
+            "a fleet host's apply, plan or diagnose printed as ssh (it needs no lxcfix there)"
+
+        for command in collected.sources:
+            sub = subcommand(command)
+            assert command.startswith("lxcfix ") and "--inventory" in command, command
+            cts = {ct for ct, _ in collected.causes.get(command, ())} or set(re.findall(r"--ct (\S+)", command))
+            for c in (running, stopped):  # every command starts from the broken containers
+                if Path(c.config_path).read_bytes() != originals[c.name]:
+                    was = c.running()
+                    if was:
+                        c.stop()
+                    Path(c.config_path).write_bytes(originals[c.name])
+                    if was or c is running:
+                        c.start()
+            before = {c.name: causes_left(run, c.name, where) for c in (running, stopped)}
+            rc, out, _ = paste(command, tmp_path, env, tmp_path, timeout=240)
+            ok = (0, 1) if sub in ("scan", "plan", "audit", "diagnose") else (0,)
+            assert rc in ok, f"{command}\nexit {rc}\n{out}"
+            what = f"ran: exit {rc}"
+            if sub not in READS:
+                for ct in cts:
+                    left = causes_left(run, ct, where)
+                    gone = {cause for c, cause in collected.causes.get(command, ()) if c == ct} or before[ct]
+                    assert not (gone & left), f"{command}: still there: {gone & left}\n{out}"
+                if running.name in cts:
+                    assert harness.open_errno(running, "/dev/net/tun") == "ok", command
+                assert fleet.journal("hv1"), f"{command}: no journal in the host's own state dir"
+                what += "; a re-scan has nothing left for its cause (changed on the host by the agent)"
+            else:
+                assert {c.name: Path(c.config_path).read_bytes() for c in (running, stopped)} == originals, command
+            collected.outcome[command] = what
+        write_report(collected, tmp_path, "fleet-host")
+    finally:
+        fleet.stop()
+
+
+def harness_tun_mount() -> str:
+    from .cli import TUN_MOUNT
+
+    return TUN_MOUNT
