@@ -252,6 +252,7 @@ class HostSshd:
         self.proc: subprocess.Popen | None = None
         self.client_pub = client_pub
         self.sftp_logged = True
+        self.extra_config: list[str] = []  # more sshd_config lines (bench/fleet_apply.py: SetEnv)
 
     def start(self, tries: int = 5) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -279,7 +280,7 @@ class HostSshd:
                 "PasswordAuthentication no", "KbdInteractiveAuthentication no", "X11Forwarding no",
                 "AllowTcpForwarding no", "PrintMotd no", "PrintLastLog no", "UseDNS no",
                 "MaxSessions 64", "MaxStartups 200:30:400", "MaxAuthTries 10",
-                f"LogLevel {self.loglevel}", f"Subsystem sftp {subsystem}", ""]))
+                f"LogLevel {self.loglevel}", f"Subsystem sftp {subsystem}", *self.extra_config, ""]))
             self.proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(self.config)], stdin=subprocess.DEVNULL,
                                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
                                          env={"PATH": CLEAN_PATH, "LANG": "C.UTF-8"})

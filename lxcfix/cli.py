@@ -590,8 +590,9 @@ def _one_fleet_host(inventory: str, hosts: Optional[List[str]], root: Optional[s
     """--ct names a container of one host: --host must pick exactly one."""
     entries = _fleet_entries(inventory, hosts, root)
     if len(entries) != 1:
+        names = ", ".join(e.name for e in entries[:5]) + (", ..." if len(entries) > 5 else "")
         raise BadInput(f"{command} --ct with --inventory: --host must name one host (it names "
-                       f"{len(entries)}: {', '.join(e.name for e in entries[:5])}{', ...' if len(entries) > 5 else ''})")
+                       f"{len(entries)}: {names})")
     return entries[0]
 
 
