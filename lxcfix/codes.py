@@ -967,6 +967,35 @@ CODES: dict[str, Code] = {c.code: c for c in (
         family="rootfs",
     ),
     Code(
+        "LXF237", "error",
+        "runc in the container has the CVE-2025-52881 fix, the host's lxc-pve predates 6.0.5-2",
+        "runc's fix for CVE-2025-52881 (runc 1.2.8, 1.3.3, 1.4.0-rc.3 and later, Nov 2025) writes procfs "
+        "files through a detached procfs mount; the AppArmor profile an lxc-pve before 6.0.5-2 gives a "
+        "container denies those writes, so every `docker run` (or `ctr run`, `nerdctl run`) in the container "
+        "fails: 'open sysctl net.ipv4.ip_unprivileged_port_start file: reopen fd 8: permission denied' "
+        "(runc#4968, moby#51405; Incus fixed it in 6.19). As a warning: the container runs with "
+        "`lxc.apparmor.profile: unconfined`, the common workaround, which throws its confinement away. As "
+        "info: the container's runc could not be dated (Docker's containerd.io bundles a runc whose version "
+        "its own version does not say, except where reported).",
+        "The container's package database read from its rootfs (resolved inside it, no symlink followed out, "
+        "at most 16 MiB; nothing of the container is run): /var/lib/dpkg/status (packages runc and Docker's "
+        "containerd.io) or Alpine's /lib/apk/db/installed; runc's upstream version against the first fixed "
+        "release of its line (1.2.8, 1.3.3, 1.4.0-rc.3). containerd.io 1.7.28-1 worked in LXC and 1.7.28-2 "
+        "(runc 1.3.3) failed (containerd#12484). The host's lxc-pve from `pveversion -v`, compared as dpkg "
+        "compares versions.",
+        (("any", "Upgrade the host's LXC: `apt-get update && apt-get install --only-upgrade lxc-pve` (or the "
+                 "usual `apt-get dist-upgrade`), until `pveversion -v` says lxc-pve 6.0.5-2 or later, then "
+                 "restart the container (`pct reboot CT`): the profile is loaded at start. Second choice, until "
+                 "the host is upgraded: inside the container install a runc from before the fix and hold it "
+                 "(`apt-get install runc=VERSION` or `containerd.io=1.7.28-1~...` from `apt-cache policy`, then "
+                 "`apt-mark hold`); it lacks the Nov 2025 runc security fixes. Not `lxc.apparmor.profile: "
+                 "unconfined`: that removes the container's confinement."),),
+        "A distribution's runc that carries the fix under an older upstream version (a backport) is not "
+        "recognised (no finding where one is due). A container whose engine never starts containers. A runc "
+        "installed outside the package database (a static binary in /usr/local) is not seen at all.",
+        family="rootfs", severities=("warning", "info"),
+    ),
+    Code(
         "LXF300", "warning",
         "hybrid/legacy cgroup layout: cgroup2 device rules are ignored",
         "The host mounts cgroup v1 controllers beside (or instead of) the unified hierarchy. LXC then "
