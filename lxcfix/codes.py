@@ -323,6 +323,32 @@ CODES: dict[str, Code] = {c.code: c for c in (
         family="access", subject=("device",), verify="fixed", kind="no-access", audit="group_access",
     ),
     Code(
+        "LXF116", "error",
+        "MIG: a container given an NVIDIA GPU has no /dev/nvidia-caps",
+        "The host's GPUs have MIG instances (GPU and compute instances), and the container is given an "
+        "NVIDIA GPU node but not /dev/nvidia-caps. With MIG, CUDA opens the capability node of the instance "
+        "it uses (/dev/nvidia-caps/nvidia-capN, a dynamic major, nvidia-caps in /proc/devices): without it "
+        "inside (or without an allow rule for its major), the container sees no MIG device "
+        "(nvidia-smi -L lists none; CUDA: no CUDA-capable device).",
+        "The host's /dev/nvidia-caps holds nodes beyond nvidia-cap1 and nvidia-cap2 (MIG's config and "
+        "monitor capabilities, which every host with nvidia-caps has: each GPU or compute instance gets its "
+        "own), or nvidia-smi -L inside lists MIG devices; the config's mount entries and devN entries give "
+        "the container /dev/nvidiaN but no node under /dev/nvidia-caps. On a GPU without MIG the caps "
+        "nodes do not matter (measured on an H200: nvidia-caps denied, CUDA works), and lxcfix says nothing. "
+        "A /dev/nvidia-caps that is mounted but not allowed is LXF100; an allow rule for its major without "
+        "the mount is LXF110.",
+        (("any", "Bind the directory: `lxc.mount.entry: /dev/nvidia-caps dev/nvidia-caps none "
+                 "bind,optional,create=dir`, and allow its major: `lxc.cgroup2.devices.allow: c MAJOR:* rwm` "
+                 "with MAJOR from `grep nvidia-caps /proc/devices` (or a path rule per node), then restart. "
+                 "The whole directory also passes nvidia-cap1 (MIG configuration) and nvidia-cap2 (monitoring): "
+                 "for a container that should only use its instances, bind just their nodes (the minor is in "
+                 "/proc/driver/nvidia/capabilities/gpuN/mig/giM/access and .../ciK/access)."),),
+        "The container is meant to use the whole GPU of a host whose other GPUs have MIG instances "
+        "(lxcfix cannot tell which GPU a MIG instance is on from the nodes), or the container never runs "
+        "CUDA.",
+        family="allowlist", subject=("device",),
+    ),
+    Code(
         "LXF120", "info",
         "config has `lock:`; apply refuses",
         "`lock: backup|migrate|snapshot|...`: Proxmox is working on the container (a backup, a migration, "
