@@ -328,8 +328,8 @@ CODES: dict[str, Code] = {c.code: c for c in (
         "The host's GPUs have MIG instances (GPU and compute instances), and the container is given an "
         "NVIDIA GPU node but not /dev/nvidia-caps. With MIG, CUDA opens the capability node of the instance "
         "it uses (/dev/nvidia-caps/nvidia-capN, a dynamic major, nvidia-caps in /proc/devices): without it "
-        "inside (or without an allow rule for its major), the container sees no MIG device "
-        "(nvidia-smi -L lists none; CUDA: no CUDA-capable device).",
+        "inside (or without an allow rule for its major), CUDA cannot use the instance, even where "
+        "nvidia-smi still lists it.",
         "The host's /dev/nvidia-caps holds nodes beyond nvidia-cap1 and nvidia-cap2 (MIG's config and "
         "monitor capabilities, which every host with nvidia-caps has: each GPU or compute instance gets its "
         "own), or nvidia-smi -L inside lists MIG devices; the config's mount entries and devN entries give "
