@@ -320,3 +320,12 @@ def test_the_package_database_is_read_with_its_own_cap_and_never_kept_whole(tmp_
     os.symlink("/var/lib/dpkg/status", root / "var" / "lib" / "dpkg" / "status")
     got = observe.read_rootfs(Local(), _Backend(), "web", config, running=False)
     assert got.packages == {}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=2048), st.text(max_size=40))
+def test_the_package_parsers_are_total(data, version):
+    for got in (rf.dpkg_installed(data), rf.apk_installed(data)):
+        assert set(got) <= set(rf.RUNC_PACKAGES) and all(v.isprintable() for v in got.values())
+    for package in rf.RUNC_PACKAGES:
+        assert rf.runc_has_52881_fix(package, version) in (True, False, None)
