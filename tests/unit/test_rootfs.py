@@ -329,3 +329,55 @@ def test_the_package_parsers_are_total(data, version):
         assert set(got) <= set(rf.RUNC_PACKAGES) and all(v.isprintable() for v in got.values())
     for package in rf.RUNC_PACKAGES:
         assert rf.runc_has_52881_fix(package, version) in (True, False, None)
+
+
+# --- a host snapshot (`--root DIR`): the container's rootfs lies under DIR ---------------------
+
+def snapshot_with_rootfs(tmp_path, lxc_pve=OLD_LXC, link_out=False):
+    top = tmp_path / "snap"
+    (top / "etc" / "pve" / "lxc").mkdir(parents=True)
+    (top / "etc" / "pve" / "lxc" / "200.conf").write_text("arch: amd64\nhostname: docker\nunprivileged: 1\n"
+                                                          "rootfs: local:200/vm-200-disk-0.raw,size=8G\n")
+    (top / "proc" / "self").mkdir(parents=True)
+    (top / "proc" / "devices").write_text("Character devices:\n  1 mem\n 10 misc\n\nBlock devices:\n  8 sd\n")
+    (top / "proc" / "self" / "mountinfo").write_text(
+        "30 1 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:9 - cgroup2 cgroup2 rw\n")
+    (top / ".lxcfix").mkdir()
+    (top / ".lxcfix" / "pveversion").write_text(f"pve-manager: 9.0.3 (running version: 9.0.3/0258642)\n"
+                                                f"lxc-pve: {lxc_pve}\npve-container: 6.0.9\n")
+    root = top / "var" / "lib" / "lxc" / "200" / "rootfs"  # a mounted Proxmox container (pct mount)
+    (root / "etc").mkdir(parents=True)
+    (root / "etc" / "passwd").write_text("root:x:0:0::/root:/bin/sh\n")
+    (root / "usr" / "bin").mkdir(parents=True)
+    (root / "usr" / "bin" / "dockerd").write_bytes(b"\x7fELF")
+    (root / "var" / "lib" / "dpkg").mkdir(parents=True)
+    (root / "var" / "lib" / "dpkg" / "status").write_bytes(DPKG_DOCKER_CE)
+    if link_out:  # the container's rootfs is a link out of the snapshot: not followed
+        outside = tmp_path / "elsewhere"
+        root.rename(outside)
+        os.symlink(str(outside), root)
+    return top
+
+
+def test_a_snapshots_container_files_are_checked_where_the_snapshot_holds_them(tmp_path):
+    from lxcfix import repair
+
+    report = repair.scan(repair.open_target(str(snapshot_with_rootfs(tmp_path))), None, keep_context=True)
+    (c,) = report.containers
+    assert report.facts.lxc_pve == OLD_LXC
+    found = {f.code: f for f in c.findings}
+    assert found["LXF237"].severity == "error" and "containerd.io 1.7.28-2" in found["LXF237"].message
+    assert "LXF234" in found  # dockerd without nesting=1,keyctl=1: the same checks as on a live host
+
+
+def test_a_snapshot_without_the_containers_files_says_nothing_about_them(tmp_path):
+    from lxcfix import repair
+
+    top = snapshot_with_rootfs(tmp_path, link_out=True)
+    (c,) = repair.scan(repair.open_target(str(top)), None, keep_context=True).containers
+    assert not {"LXF234", "LXF236", "LXF237"} & {f.code for f in c.findings}
+    import shutil
+
+    shutil.rmtree(top / "var")
+    (c,) = repair.scan(repair.open_target(str(top)), None, keep_context=True).containers
+    assert not {"LXF234", "LXF236", "LXF237"} & {f.code for f in c.findings}
