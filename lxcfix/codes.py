@@ -323,6 +323,32 @@ CODES: dict[str, Code] = {c.code: c for c in (
         family="access", subject=("device",), verify="fixed", kind="no-access", audit="group_access",
     ),
     Code(
+        "LXF116", "error",
+        "MIG: a container given an NVIDIA GPU has no /dev/nvidia-caps",
+        "The host's GPUs have MIG instances (GPU and compute instances), and the container is given an "
+        "NVIDIA GPU node but not /dev/nvidia-caps. With MIG, CUDA opens the capability node of the instance "
+        "it uses (/dev/nvidia-caps/nvidia-capN, a dynamic major, nvidia-caps in /proc/devices): without it "
+        "inside (or without an allow rule for its major), CUDA cannot use the instance, even where "
+        "nvidia-smi still lists it.",
+        "The host's /dev/nvidia-caps holds nodes beyond nvidia-cap1 and nvidia-cap2 (MIG's config and "
+        "monitor capabilities, which every host with nvidia-caps has: each GPU or compute instance gets its "
+        "own), or nvidia-smi -L inside lists MIG devices; the config's mount entries and devN entries give "
+        "the container /dev/nvidiaN but no node under /dev/nvidia-caps. On a GPU without MIG the caps "
+        "nodes do not matter (measured on an H200: nvidia-caps denied, CUDA works), and lxcfix says nothing. "
+        "A /dev/nvidia-caps that is mounted but not allowed is LXF100; an allow rule for its major without "
+        "the mount is LXF110.",
+        (("any", "Bind the directory: `lxc.mount.entry: /dev/nvidia-caps dev/nvidia-caps none "
+                 "bind,optional,create=dir`, and allow its major: `lxc.cgroup2.devices.allow: c MAJOR:* rwm` "
+                 "with MAJOR from `grep nvidia-caps /proc/devices` (or a path rule per node), then restart. "
+                 "The whole directory also passes nvidia-cap1 (MIG configuration) and nvidia-cap2 (monitoring): "
+                 "for a container that should only use its instances, bind just their nodes (the minor is in "
+                 "/proc/driver/nvidia/capabilities/gpuN/mig/giM/access and .../ciK/access)."),),
+        "The container is meant to use the whole GPU of a host whose other GPUs have MIG instances "
+        "(lxcfix cannot tell which GPU a MIG instance is on from the nodes), or the container never runs "
+        "CUDA.",
+        family="allowlist", subject=("device",),
+    ),
+    Code(
         "LXF120", "info",
         "config has `lock:`; apply refuses",
         "`lock: backup|migrate|snapshot|...`: Proxmox is working on the container (a backup, a migration, "
@@ -965,6 +991,35 @@ CODES: dict[str, Code] = {c.code: c for c in (
         (("any", "Start the container, or `pct mount VMID` (then `pct unmount VMID`), and scan again."),),
         "None: it says what was not checked.",
         family="rootfs",
+    ),
+    Code(
+        "LXF237", "error",
+        "runc in the container has the CVE-2025-52881 fix, the host's lxc-pve predates 6.0.5-2",
+        "runc's fix for CVE-2025-52881 (runc 1.2.8, 1.3.3, 1.4.0-rc.3 and later, Nov 2025) writes procfs "
+        "files through a detached procfs mount; the AppArmor profile an lxc-pve before 6.0.5-2 gives a "
+        "container denies those writes, so every `docker run` (or `ctr run`, `nerdctl run`) in the container "
+        "fails: 'open sysctl net.ipv4.ip_unprivileged_port_start file: reopen fd 8: permission denied' "
+        "(runc#4968, moby#51405; Incus fixed it in 6.19). As a warning: the container runs with "
+        "`lxc.apparmor.profile: unconfined`, the common workaround, which throws its confinement away. As "
+        "info: the container's runc could not be dated (Docker's containerd.io bundles a runc whose version "
+        "its own version does not say, except where reported).",
+        "The container's package database read from its rootfs (resolved inside it, no symlink followed out, "
+        "at most 16 MiB; nothing of the container is run): /var/lib/dpkg/status (packages runc and Docker's "
+        "containerd.io) or Alpine's /lib/apk/db/installed; runc's upstream version against the first fixed "
+        "release of its line (1.2.8, 1.3.3, 1.4.0-rc.3). containerd.io 1.7.28-1 worked in LXC and 1.7.28-2 "
+        "(runc 1.3.3) failed (containerd#12484). The host's lxc-pve from `pveversion -v`, compared as dpkg "
+        "compares versions.",
+        (("any", "Upgrade the host's LXC: `apt-get update && apt-get install --only-upgrade lxc-pve` (or the "
+                 "usual `apt-get dist-upgrade`), until `pveversion -v` says lxc-pve 6.0.5-2 or later, then "
+                 "restart the container (`pct reboot CT`): the profile is loaded at start. Second choice, until "
+                 "the host is upgraded: inside the container install a runc from before the fix and hold it "
+                 "(`apt-get install runc=VERSION` or `containerd.io=1.7.28-1~...` from `apt-cache policy`, then "
+                 "`apt-mark hold`); it lacks the Nov 2025 runc security fixes. Not `lxc.apparmor.profile: "
+                 "unconfined`: that removes the container's confinement."),),
+        "A distribution's runc that carries the fix under an older upstream version (a backport) is not "
+        "recognised (no finding where one is due). A container whose engine never starts containers. A runc "
+        "installed outside the package database (a static binary in /usr/local) is not seen at all.",
+        family="rootfs", severities=("warning", "info"),
     ),
     Code(
         "LXF300", "warning",

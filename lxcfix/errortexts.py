@@ -165,12 +165,14 @@ KNOWN: tuple[Known, ...] = (
     Known(
         "reopen-fd", "... reopen fd 8: permission denied", "runc (docker run inside an LXC container)",
         (r"reopen fd \d+: permission denied",),
-        (Cause("", "runc's fix for CVE-2025-52881 meets LXC's AppArmor handling: upgrade the host's lxc-pve to "
-                   "6.0.5-2 or later (Incus 6.19); `lxc.apparmor.profile: unconfined` also 'works' and throws the "
-                   "container's confinement away"),),
-        "`pveversion -v | grep lxc-pve` on the host",
+        (Cause("LXF237", "runc's fix for CVE-2025-52881 (runc 1.2.8, 1.3.3, 1.4.0-rc.3 and later) meets the "
+                         "AppArmor profile of an lxc-pve before 6.0.5-2: upgrade the host's lxc-pve to 6.0.5-2 or "
+                         "later (Incus 6.19) and restart the container; `lxc.apparmor.profile: unconfined` also "
+                         "'works' and throws the container's confinement away"),),
+        DIAGNOSE + ": it reads the container's runc version from its package database and the host's lxc-pve "
+        "(`pveversion -v | grep lxc-pve`)",
         "not the image or Docker's storage driver",
-        ("opencontainers/runc#4968", "moby/moby#51405"),
+        ("opencontainers/runc#4968", "moby/moby#51405", "opencontainers/runc#4972", "containerd/containerd#12484"),
     ),
     Known(
         "tun-missing", "CreateTUN(\"tailscale0\") failed; /dev/net/tun does not exist",

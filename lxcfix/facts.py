@@ -3,7 +3,8 @@
     FACTS["nvidia_driver"] == Fact(parse_nvidia_version, read="/proc/driver/nvidia/version")
     parse_nvidia_version("NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Tue ...") == "580.159.04"
     parse_cgroup_layout(mountinfo_text) in ("v2", "hybrid", "v1", "unknown")
-    FACTS["pveversion"].to_json(("8.3.0", "5.2.2")) == {"manager": "8.3.0", "container": "5.2.2"}
+    FACTS["pveversion"].to_json(("8.3.0", "5.2.2", "6.0.0-1"))
+        == {"manager": "8.3.0", "container": "5.2.2", "lxc_pve": "6.0.0-1"}
 
 gather.py does the reading; everything here is data in, data out. The text comes from
 hosts and containers we do not trust, so every parse is total (any str in, a value out,
@@ -131,17 +132,25 @@ def parse_cgroup_layout(mountinfo: str) -> str:
     return "unknown"
 
 
-def parse_pveversion(text: str) -> tuple[str | None, str | None]:
-    """(pve-manager version, pve-container version) from `pveversion -v`
-    ("pve-manager: 8.3.0 (running version: ...)") or `pveversion` ("pve-manager/8.3.0/c168...")."""
+# A Debian package version as pveversion prints it: "6.0.5-2", "5.0.2-4", "6.0.4-pve1".
+# The whole rest of the line: "6.0.5-2; rm -rf /" or "6.0.5-2²" is no version.
+_PKG_VERSION = r"[0-9]{1,6}(?:\.[0-9]{1,6}){1,3}(?:-[A-Za-z0-9.+~]{1,32})?(?=[ \t]*$)"
+
+
+def parse_pveversion(text: str) -> tuple[str | None, str | None, str | None]:
+    """(pve-manager version, pve-container version, lxc-pve package version) from `pveversion -v`
+    ("pve-manager: 8.3.0 (running version: ...)", "lxc-pve: 6.0.5-2") or `pveversion`
+    ("pve-manager/8.3.0/c168...", which names no lxc-pve)."""
     manager = re.search(rf"^pve-manager[:/ ][ \t]*({_VERSION})", text, re.M)
     container = re.search(rf"^pve-container:[ \t]*({_VERSION})", text, re.M)
-    return (manager.group(1) if manager else None, container.group(1) if container else None)
+    lxc = re.search(rf"^lxc-pve:[ \t]*({_PKG_VERSION})", text, re.M)
+    return (manager.group(1) if manager else None, container.group(1) if container else None,
+            lxc.group(1) if lxc else None)
 
 
 def _pveversion_json(value) -> dict[str, str | None]:
-    manager, container = value
-    return {"manager": manager, "container": container}
+    manager, container, lxc = value
+    return {"manager": manager, "container": container, "lxc_pve": lxc}
 
 
 def parse_lxc_version(text: str) -> str | None:

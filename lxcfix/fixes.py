@@ -80,6 +80,14 @@ def mount_edit(nodes: Sequence[DeviceNode]) -> Edit:
     return Edit("add", lines=tuple(render.render("path", None, rules=[], mounts=targets)), near=V2_KEYS)
 
 
+def mount_dir_edit(path: str, style: str) -> Edit:
+    """A bind mount of a whole directory of nodes (optional, create=dir): /dev/nvidia-caps,
+    whose nodes come and go with MIG instances."""
+    style = "path" if style == "devn" else style
+    lines = render.render(style, None, rules=[], mounts=[render.Mount(path, path.lstrip("/"), "dir")])
+    return Edit("add", lines=tuple(lines), near=V2_KEYS)
+
+
 def devn_options(node: DeviceNode) -> list[tuple[str, str]]:
     """What a devN entry needs to look like the host's node inside: Proxmox
     creates it 0660 root:root unless told (pve-container's
@@ -201,6 +209,6 @@ def idmap_lines(cfg: CtConfig, gid: int | None, host_gid: int | None) -> tuple[l
 __all__ = [
     "ALLOW", "HOST_FIX", "MOUNT_KEY", "UNIT", "V2_KEYS", "allow_edit", "allow_lines", "devn_edit",
     "devn_line", "devn_options", "devn_value", "devn_with_gid", "idmap_line", "subgid_line", "exact_allow", "exec_prefix", "group_for", "idmap_lines",
-    "is_devn_key", "modprobe_argv", "mount_edit", "remove_edit", "replace_edit", "rule_groups",
+    "is_devn_key", "modprobe_argv", "mount_dir_edit", "mount_edit", "remove_edit", "replace_edit", "rule_groups",
     "unique", "userspace_commands",
 ]

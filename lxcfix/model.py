@@ -194,6 +194,7 @@ class HostFacts:
     cgroup_layout: CgroupLayout = "unknown"
     pve_version: str | None = None
     lxc_version: str | None = None
+    lxc_pve: str | None = None  # Proxmox's lxc-pve package version (`pveversion -v`): "6.0.5-2"
     raw: Mapping[str, str] = field(default_factory=dict)
     # /etc/subgid as (name, first, count) entries; None when it was not read (raw["/etc/subgid"]: its text)
     subgid: tuple[tuple[str, int, int], ...] | None = None

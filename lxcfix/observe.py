@@ -234,14 +234,24 @@ def read_rootfs(t: Transport, backend, ct: str, config, running: bool):
     root, why = rootfs_root(t, backend, ct, config, running)
     if root is None:
         return rootfs.Rootfs("not-mounted" if not running else "unreadable", why=why)
+    here = root
+    if t.local:
+        try:  # a snapshot's container root lies inside the snapshot: a link out of it is not followed
+            here = t.local_path(root)
+        except Exception as e:
+            return rootfs.Rootfs("unreadable", root, why=f"{root}: {probe_mod.excerpt(str(e), 200)}")
     daemon = None
     files, exists = list(rootfs.FILES), [*rootfs.ENGINES, "/etc/passwd", "/etc/os-release"]
+    # the package databases only where the reader runs in this process: their own cap
+    # (megabytes) would not fit one command's output
+    caps = {path: rootfs.PKG_MAX for path in rootfs.PACKAGE_DBS} if t.local else {}
+    files += list(caps)
     for attempt in range(2):  # a second round for the runtimes daemon.json names
         try:
             if t.local:
                 namespace: dict = {"__name__": "lxcfix_rootfs_reader"}
                 exec(compile(rootfs.READER, "<lxcfix rootfs reader>", "exec"), namespace)
-                text = "\n".join(namespace["report"](root, rootfs.FILE_MAX, files, exists))
+                text = "\n".join(namespace["report"](here, rootfs.FILE_MAX, files, exists, caps))
             else:
                 r = t.run(["python3", "-c", rootfs.READER, root, str(rootfs.FILE_MAX), str(len(files)),
                            *files, *exists], timeout=30, max_output=8 * rootfs.FILE_MAX * 2)
@@ -251,7 +261,7 @@ def read_rootfs(t: Transport, backend, ct: str, config, running: bool):
                 text = r.stdout
         except Exception as e:
             return rootfs.Rootfs("unreadable", root, why=f"{type(e).__name__}: {probe_mod.excerpt(str(e), 200)}")
-        seen = rootfs.parse_reader(root, text, files, exists)
+        seen = rootfs.parse_reader(root, text, files, exists, caps)
         if seen.state != "read" or attempt or rootfs.DAEMON not in seen.files:
             break
         daemon = rootfs.daemon_runtimes(seen.files[rootfs.DAEMON])

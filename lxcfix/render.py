@@ -111,10 +111,12 @@ def template_text(name: str) -> str:
 
 
 class Mount(NamedTuple):
-    """A node to bind-mount: host path, target inside (relative to the rootfs)."""
+    """A node to bind-mount: host path, target inside (relative to the rootfs); create: "file"
+    for a node, "dir" for a directory of nodes mounted whole (/dev/nvidia-caps)."""
 
     path: str
     target: str
+    create: str = "file"
 
 
 class Dev(NamedTuple):

@@ -9,6 +9,10 @@ resolves every path inside the root and follows no symlink out of it); this modu
     daemon_runtimes(b'{"runtimes": {"nvidia": {"path": "nvidia-container-runtime"}}}')
         -> Daemon(runtimes={"nvidia": "nvidia-container-runtime"}, default=None, error=None)
     groups(b"render:x:993:\\nvideo:x:44:\\n") -> {"render": 993, "video": 44}
+    dpkg_installed(b"Package: runc\\nStatus: install ok installed\\nVersion: 1.3.3-0ubuntu1~24.04.2\\n")
+        -> {"runc": "1.3.3-0ubuntu1~24.04.2"}
+    runc_has_52881_fix("runc", "1.3.3-0ubuntu1~24.04.2") -> True     (None: cannot tell)
+    dpkg_compare("6.0.5-1", "6.0.5-2") -> -1
 
 Everything here is the tenant's: each file is at most FILE_MAX bytes (more is a finding, never
 read further), a line that does not parse is kept as a bad line for evidence, never an exception.
@@ -31,6 +35,15 @@ CDI_SPECS = ("/etc/cdi/nvidia.yaml", "/etc/cdi/nvidia.json", "/var/run/cdi/nvidi
 DAEMON = "/etc/docker/daemon.json"
 GROUP = "/etc/group"
 FILES = (TOOLKIT, *CDI_SPECS, DAEMON, GROUP)
+# Package databases, for the runc version (LXF237): read with their own cap (a Debian
+# system's dpkg status is megabytes), parsed into Rootfs.packages, never kept whole.
+DPKG_STATUS = "/var/lib/dpkg/status"
+APK_INSTALLED = "/lib/apk/db/installed"
+PACKAGE_DBS = (DPKG_STATUS, APK_INSTALLED)
+PKG_MAX = 16 * 1024 * 1024
+# The packages whose version says which runc the container runs: runc itself (Debian, Ubuntu,
+# Alpine) and Docker's containerd.io, which bundles its own runc binary.
+RUNC_PACKAGES = ("runc", "containerd.io")
 # A container engine installed: Docker needs `features: nesting=1` (and keyctl=1 unprivileged).
 # runc and crun alone are not: every Docker/Podman install has one, and a bare OCI runtime is a
 # tool (this project's real tier runs runc in containers without Proxmox's features).
@@ -51,6 +64,7 @@ class Rootfs:
     errors: Mapping[str, str] = field(default_factory=dict)
     present: frozenset = frozenset()  # paths of ENGINES (and runtime binaries asked for) that exist
     why: str = ""
+    packages: Mapping[str, str] = field(default_factory=dict)  # RUNC_PACKAGES installed: name -> version
 
     def text(self, path: str) -> bytes | None:
         return self.files.get(path)
@@ -197,6 +211,165 @@ def features_value(have: Mapping[str, str], add: Mapping[str, str]) -> str:
     return ",".join(f"{k}={v}" for k, v in merged.items())
 
 
+# --- package databases: the container's runc version (LXF237) --------------------------------
+
+_PKG_NAME = re.compile(r"[a-z0-9][a-z0-9+.-]{0,99}")
+_DEB_VERSION = re.compile(r"(?:[0-9]{1,9}:)?[0-9][A-Za-z0-9.+~:-]{0,127}")
+
+
+def _stanzas(data: bytes, cap: int = PKG_MAX):
+    """The blank-line separated records of a dpkg status or apk installed file, each as a list
+    of its lines (continuation lines, which start with a space, are dropped: no field read here
+    has one)."""
+    record: list[str] = []
+    for line in data[:cap].decode("utf-8", "replace").split("\n")[:4_000_000]:
+        if not line.strip():
+            if record:
+                yield record
+            record = []
+        elif not line[:1].isspace():
+            record.append(line)
+    if record:
+        yield record
+
+
+def dpkg_installed(data: bytes, want=RUNC_PACKAGES) -> dict[str, str]:
+    """The packages of `want` that dpkg's status file says are installed (Status: install ok
+    installed, or held), name -> Version. A record that is not well formed is skipped."""
+    out: dict[str, str] = {}
+    for record in _stanzas(data):
+        fields: dict[str, str] = {}
+        for line in record[:200]:
+            key, sep, value = line.partition(":")
+            if sep and key in ("Package", "Status", "Version"):
+                fields.setdefault(key, value.strip())
+        name, status, version = fields.get("Package", ""), fields.get("Status", "").split(), fields.get("Version", "")
+        if name in want and len(status) == 3 and status[0] in ("install", "hold") and status[2] == "installed" \
+                and _DEB_VERSION.fullmatch(version):
+            out[name] = version
+    return out
+
+
+def apk_installed(data: bytes, want=RUNC_PACKAGES) -> dict[str, str]:
+    """Alpine's /lib/apk/db/installed ("P:runc" then "V:1.3.3-r0"): name -> version."""
+    out: dict[str, str] = {}
+    for record in _stanzas(data):
+        fields = {line[:1]: line[2:].strip() for line in record[:400] if line[1:2] == ":" and line[:1] in "PV"}
+        name, version = fields.get("P", ""), fields.get("V", "")
+        if name in want and re.fullmatch(r"[0-9][A-Za-z0-9._+-]{0,63}", version):
+            out[name] = version
+    return out
+
+
+def installed(files: Mapping[str, bytes]) -> dict[str, str]:
+    """RUNC_PACKAGES from whichever package database the container has (dpkg wins)."""
+    out = apk_installed(files[APK_INSTALLED]) if APK_INSTALLED in files else {}
+    if DPKG_STATUS in files:
+        out.update(dpkg_installed(files[DPKG_STATUS]))
+    return out
+
+
+def _order(c: str) -> int:
+    # dpkg's order of a version's non-digit characters: "~" before the end, letters before the rest
+    if c == "~":
+        return -1
+    if c.isascii() and c.isalpha():
+        return ord(c)
+    return ord(c) + 256
+
+
+def _compare_part(a: str, b: str) -> int:
+    i = j = 0
+    while i < len(a) or j < len(b):
+        while (i < len(a) and not a[i] in "0123456789") or (j < len(b) and not b[j] in "0123456789"):
+            ac = _order(a[i]) if i < len(a) and a[i] not in "0123456789" else 0
+            bc = _order(b[j]) if j < len(b) and b[j] not in "0123456789" else 0
+            if ac != bc:
+                return -1 if ac < bc else 1
+            if i < len(a) and a[i] not in "0123456789":
+                i += 1
+            if j < len(b) and b[j] not in "0123456789":
+                j += 1
+        n = i
+        while n < len(a) and a[n] in "0123456789":
+            n += 1
+        m = j
+        while m < len(b) and b[m] in "0123456789":
+            m += 1
+        x, y = int(a[i:n] or "0"), int(b[j:m] or "0")
+        if x != y:
+            return -1 if x < y else 1
+        i, j = n, m
+    return 0
+
+
+def _split_deb(version: str) -> tuple[int, str, str]:
+    epoch, sep, rest = version.partition(":")
+    if not sep or not epoch.isdigit():
+        epoch, rest = "0", version
+    upstream, sep, revision = rest.rpartition("-")
+    if not sep:
+        upstream, revision = rest, ""
+    return int(epoch[:9] or "0"), upstream, revision
+
+
+def dpkg_compare(a: str, b: str) -> int:
+    """-1, 0 or 1, as `dpkg --compare-versions` orders two versions (epoch, upstream,
+    revision; "~" sorts before everything, even the end): "1.4.0~rc.3" < "1.4.0"."""
+    ea, ua, ra = _split_deb(a)
+    eb, ub, rb = _split_deb(b)
+    if ea != eb:
+        return -1 if ea < eb else 1
+    return _compare_part(ua, ub) or _compare_part(ra, rb)
+
+
+# runc's fix for CVE-2025-52881 (Nov 2025), per release line: the first release that has it.
+# rc None: a final release; a line after 1.4 has it from its start, one before 1.2 never did.
+RUNC_FIXED = {(1, 2): (8, None), (1, 3): (3, None), (1, 4): (0, 3)}
+_RUNC_VERSION = re.compile(r"(?:[0-9]{1,9}:)?([0-9]{1,4})\.([0-9]{1,4})\.([0-9]{1,4})"
+                           r"(?:[~_.-]?rc\.?([0-9]{1,4}))?(?![0-9])")
+# Docker's containerd.io bundles runc; its version is containerd's, so which runc it carries
+# is known only where it was reported: 1.7.28-1 worked in LXC, 1.7.28-2 (runc 1.3.3) failed
+# (containerd/containerd#12484); "~" so that 1.7.28-2~debian.13~trixie counts. Lines before
+# 1.7 ended before Nov 2025: none bundles a runc with the fix.
+CONTAINERD_IO_FIXED = {(1, 7): "1.7.28-2~"}
+
+
+def runc_upstream(version: str) -> tuple[int, int, int, int | None] | None:
+    """A package version's runc release: "1.3.3-0ubuntu1~22.04.2" -> (1, 3, 3, None),
+    "1.4.0~rc.3-1" -> (1, 4, 0, 3), "1:1.1.5+ds1-1" -> (1, 1, 5, None), "1.4.0_rc3-r0" -> (1, 4, 0, 3)."""
+    m = _RUNC_VERSION.match(version)
+    if m is None:
+        return None
+    return int(m[1]), int(m[2]), int(m[3]), int(m[4]) if m[4] is not None else None
+
+
+def runc_has_52881_fix(package: str, version: str) -> bool | None:
+    """Whether the runc this package installs has the CVE-2025-52881 fix (it then fails under
+    an lxc-pve before 6.0.5-2); None when its version does not say."""
+    if package == "containerd.io":
+        m = re.match(r"([0-9]{1,4})\.([0-9]{1,4})\.", version)
+        if m is None:
+            return None
+        line = (int(m[1]), int(m[2]))
+        if line < min(CONTAINERD_IO_FIXED):
+            return False
+        first = CONTAINERD_IO_FIXED.get(line)
+        return dpkg_compare(version, first) >= 0 if first else None
+    got = runc_upstream(version)
+    if got is None:
+        return None
+    major, minor, patch, rc = got
+    line = (major, minor)
+    if line < (1, 2):
+        return False
+    if line not in RUNC_FIXED:
+        return True
+    fixed_patch, fixed_rc = RUNC_FIXED[line]
+    inf = 1 << 20  # a final release sorts after its release candidates
+    return (patch, inf if rc is None else rc) >= (fixed_patch, inf if fixed_rc is None else fixed_rc)
+
+
 # --- the reader, run on the host (observe.read_rootfs) ----------------------------------------
 
 # Resolves each path component by component from an O_PATH fd of the root, O_NOFOLLOW at every
@@ -280,7 +453,8 @@ def read_one(root_fd, path, cap, want_data):
         os.close(fd)
     return out
 
-def report(root, cap, files, exists):
+def report(root, cap, files, exists, caps=None):
+    caps = caps or {}
     lines = []
     try:
         root_fd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -288,7 +462,7 @@ def report(root, cap, files, exists):
         return [json.dumps({"root": root, "status": errno.errorcode.get(e.errno, "EIO")})]
     try:
         for path in files:
-            lines.append(json.dumps(read_one(root_fd, path, cap, True)))
+            lines.append(json.dumps(read_one(root_fd, path, caps.get(path, cap), True)))
         for path in exists:
             lines.append(json.dumps(read_one(root_fd, path, cap, False)))
     finally:
@@ -301,9 +475,11 @@ if __name__ == "__main__":
 '''
 
 
-def parse_reader(root: str, text: str, files, exists) -> Rootfs:
+def parse_reader(root: str, text: str, files, exists, caps=None) -> Rootfs:
     """What READER printed -> Rootfs. Total: a line that is not one of its JSON objects is
-    skipped, a path it did not report is an error ("no answer")."""
+    skipped, a path it did not report is an error ("no answer"). caps: path -> its own cap
+    (the package databases'); the package databases become Rootfs.packages."""
+    caps = caps or {}
     got: dict[str, dict] = {}
     for line in text.split("\n")[:1024]:
         try:
@@ -322,14 +498,18 @@ def parse_reader(root: str, text: str, files, exists) -> Rootfs:
         status = doc.get("status") if doc else "no answer"
         if status == "ok" and isinstance(doc.get("b64"), str):
             try:
-                data[path] = base64.b64decode(doc["b64"], validate=True)[:FILE_MAX]
+                data[path] = base64.b64decode(doc["b64"], validate=True)[:caps.get(path, FILE_MAX)]
                 continue
             except (binascii.Error, ValueError):
                 status = "bad answer"
         if status != "absent":
-            errors[path] = f"{excerpt(str(status), 40)}" + (f" (over {FILE_MAX} bytes)" if status == "large" else "")
+            errors[path] = f"{excerpt(str(status), 40)}" + (
+                f" (over {caps.get(path, FILE_MAX)} bytes)" if status == "large" else "")
     for path in exists:
         doc = got.get(path)
         if doc and doc.get("status") == "ok":
             present.add(path)
-    return Rootfs("read", root, data, errors, frozenset(present))
+    packages = installed(data)
+    for path in PACKAGE_DBS:
+        data.pop(path, None)
+    return Rootfs("read", root, data, errors, frozenset(present), packages=packages)

@@ -40,10 +40,12 @@ class Enter:
 
 
 def analyze_container(facts: HostFacts, loaded: gather.Loaded, loader, style: str = "auto",
-                      enter: Enter | None = None, ctx: Context | None = None) -> CtReport:
+                      enter: Enter | None = None, ctx: Context | None = None,
+                      snapshot: Enter | None = None) -> CtReport:
     """Findings and plan for one container. `enter` (live hosts) looks inside a
     running container: probe and device program. ctx: its view, when the caller
-    made it already. Whatever goes wrong with one container (its config, its probe,
+    made it already. snapshot (a host snapshot, `--root`): where the container's own
+    files lie in it, for the static checks (with_snapshot_rootfs). Whatever goes wrong with one container (its config, its probe,
     a bug in a rule) is that container's report; only a bad --style (the command's
     own input) is raised."""
     if loaded.config is None:
@@ -63,6 +65,8 @@ def analyze_container(facts: HostFacts, loaded: gather.Loaded, loader, style: st
     if enter is not None:
         ctx, status, extra = look_inside(ctx, enter, loaded.ct, facts.host)
         ctx = with_rootfs(ctx, enter, loaded.ct, status)
+    elif snapshot is not None:
+        ctx = with_snapshot_rootfs(ctx, snapshot, loaded.ct)
     try:
         plan, planned = make_plan_in(ctx, style)
         findings = plan.findings
@@ -131,6 +135,27 @@ def with_rootfs(ctx: Context, enter: Enter, ct: str, status: str | None) -> Cont
     except Exception:
         return ctx
     return replace(ctx, rootfs=seen)
+
+
+def with_snapshot_rootfs(ctx: Context, snapshot: Enter, ct: str) -> Context:
+    """A host snapshot's container files, where the snapshot holds its rootfs (LXC's dir:
+    rootfs, /var/lib/lxc/VMID/rootfs of a mounted Proxmox container), read as a stopped
+    container's: each path resolved inside that root, which lies inside the snapshot. Most
+    snapshots hold only the configs: then nothing is said (no LXF236 for each container)."""
+    from .observe import read_rootfs
+
+    try:
+        seen = read_rootfs(snapshot.transport, snapshot.backend, ct, ctx.config, running=False)
+    except Exception:
+        return ctx
+    return replace(ctx, rootfs=seen) if seen.state == "read" else ctx
+
+
+def snapshot_of(t: Transport, backend: Proxmox | Lxc) -> Enter | None:
+    """The snapshot whose containers' files with_snapshot_rootfs reads; None for a live host."""
+    from .transport import RootDir
+
+    return Enter(t, backend) if isinstance(t, RootDir) else None
 
 
 def on_this_machine(t: Transport) -> bool:
@@ -202,7 +227,8 @@ def scan_host(t: Transport, backend: Proxmox | Lxc, cts: list[str] | None = None
             notes.append(one_by_one(why))
 
     def analyze(loaded: gather.Loaded) -> CtReport:
-        return analyze_container(facts, loaded, loader, style, enter, ctxs.get(loaded.ct))
+        return analyze_container(facts, loaded, loader, style, enter, ctxs.get(loaded.ct),
+                                 snapshot=snapshot_of(t, backend) if enter is None else None)
 
     # Probes of this machine's containers, when not swept, run a few at a time (each has its own
     # deadline, so a stuck one holds one worker, never the others' reports). A remote host's
@@ -315,7 +341,7 @@ def _analyze_chunk(args) -> list[CtReport]:
         loaded = gather.load_container(transport, backend, ct, path)
         if loaded.config is not None:
             facts = gather.with_snippets(transport, facts, [loaded.config])
-        report = analyze_container(facts, loaded, loader, style)
+        report = analyze_container(facts, loaded, loader, style, snapshot=snapshot_of(transport, backend))
         if report.plan is not None:
             report.plan.diff()  # computed here, in parallel; it travels back with the plan
         # The views stay in this process; the causes are grouped here, in parallel (pickle keeps

@@ -1,7 +1,8 @@
 """Is every device the container is given allowed, and on the right major?
 
 LXF100 missing allow rule, LXF101 stale major, LXF110 allowed but not passed
-in, LXF112 node missing on the host. `analyze()` finds what is broken and
+in, LXF112 node missing on the host, LXF116 a GPU given on a MIG host without
+/dev/nvidia-caps (a manual fix). `analyze()` finds what is broken and
 `repairs()` builds each one's fix (in the container's fix style), so what is
 reported and what is fixed can never drift apart.
 
@@ -15,6 +16,7 @@ reported and what is fixed can never drift apart.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Mapping
 
@@ -22,6 +24,7 @@ from .. import devices, fixes
 from ..ctconfig import next_devn
 from ..effective import Given, OwnRule
 from ..model import DeviceNode, DeviceRule, Edit, Fix
+from ..probe import CAPS_DIR, is_caps_node, mig_in_use
 
 
 # LXC's own common.conf allows fuse without passing it in (Proxmox adds the mount
@@ -273,6 +276,7 @@ def check(ctx) -> list:
                       "no lxc.mount.entry or devN entry for it"),
             fix=fixed.unpassed[u.rule.index], line=u.rule.index + 1,
         ))
+    out += _mig_caps(ctx, needs)
     for g in needs.absent:
         what = ctx.facts.not_nodes.get(g.path)
         if what is not None:
@@ -316,3 +320,38 @@ def create_node_fix(path: str, profile: str | None) -> Fix:
                                                 "at every boot, before guests start"))
 
 
+
+
+_GPU_NODE = re.compile(r"/dev/nvidia[0-9]{1,6}")
+
+
+def _mig_caps(ctx, needs) -> list:
+    """LXF116: the host's GPUs have MIG instances and the container is given a GPU node but no
+    /dev/nvidia-caps. A caps node mounted but denied is LXF100, an allow rule for the caps major
+    without the mount LXF110: said there, not twice."""
+    eff = ctx.effective
+    gpus = [g for g in eff.given if g.node is not None and _GPU_NODE.fullmatch(g.path)]
+    if not gpus or any(is_caps_node(g.path) for g in eff.given) \
+            or any(u.profile.name == "nvidia-caps" for u in needs.unpassed):
+        return []
+    if not mig_in_use(ctx.probe, ctx.facts.nodes):
+        return []
+    caps = sorted((n for p, n in ctx.facts.nodes.items() if is_caps_node(p) and n.kind == "c"), key=lambda n: n.path)
+    style, _ = ctx.style
+    edits = [fixes.mount_dir_edit(CAPS_DIR.rstrip("/"), style)]
+    denied = [n for n in caps if _enforced(ctx) and not eff.ruleset.allows(n.kind, n.major, n.minor, "rw")]
+    if denied:
+        edits.append(fixes.allow_edit(denied, ctx.facts, style))
+    instances = [n.path for n in caps if n.path.rsplit("nvidia-cap", 1)[-1] not in ("1", "2")]
+    lines = [f"{k}: {v}" if ctx.config.flavor == "pve" else f"{k} = {v}" for e in edits for k, v in e.lines]
+    return [ctx.finding(
+        "LXF116", f"the host's GPUs have MIG instances and {gpus[0].path} is passed in, but /dev/nvidia-caps is "
+        "not: inside, CUDA finds no MIG device", device=CAPS_DIR.rstrip("/"),
+        evidence=(f"passed in: {', '.join(g.path for g in gpus[:4])} ({ctx.config.path}:{gpus[0].index + 1})",
+                  "MIG instances on the host: " + (", ".join(instances[:6]) or "listed by nvidia-smi -L inside"),
+                  "no lxc.mount.entry or devN entry under /dev/nvidia-caps"),
+        fix=Fix(f"pass /dev/nvidia-caps in: {' ; '.join(lines)} (then restart the container)", tuple(edits),
+                "manual", notes=(
+                    "the whole directory also passes nvidia-cap1 (MIG configuration) and nvidia-cap2 (monitoring): "
+                    "for a container that should only use its instances, bind just their nvidia-capN nodes "
+                    "(/proc/driver/nvidia/capabilities/gpuN/mig/giM/access names the minor)",)))]

@@ -3,8 +3,10 @@ never following a symlink out of the root): the NVIDIA Container Toolkit's confi
 no-cgroups, LXF231 mode), the CDI spec's driver version against the host's (LXF232, and what a
 driver upgrade does to it), Docker's daemon.json runtimes (LXF233), the Proxmox `features:` a
 container engine needs (LXF234, the one fix the plan makes here), the render/video gid of the
-container's own /etc/group against the host node's (LXF235), and a rootfs that could not be read
-(LXF236: a stopped Proxmox container's storage is not mounted; said, not guessed)."""
+container's own /etc/group against the host node's (LXF235), a runc with the CVE-2025-52881 fix
+under a host lxc-pve that predates 6.0.5-2 (LXF237, from the container's package database), and
+a rootfs that could not be read (LXF236: a stopped Proxmox container's storage is not mounted;
+said, not guessed)."""
 
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ def check(ctx) -> list:
     out += _daemon(ctx, seen)
     out += _features(ctx, seen)
     out += _gids(ctx, seen)
+    out += _runc(ctx, seen)
     unread = [f"{p}: {why}" for p, why in sorted(seen.errors.items())]
     if unread:
         out.append(ctx.finding("LXF236", f"CT {ctx.ct}: {len(unread)} of its files could not be read",
@@ -182,3 +185,50 @@ def _gids(ctx, seen) -> list:
             fix=Fix(f"give the node the container's gid: devN: {g.path},gid={own[group]} (Proxmox), or map the "
                     f"host group in (lxcfix plan --ct {ctx.ct} uses gid {own[group]})")))
     return out
+
+
+LXC_PVE_FIXED = "6.0.5-2"  # the lxc-pve whose AppArmor handling lets runc's CVE-2025-52881 fix work
+UPGRADE = ("apt-get update", "apt-get install --only-upgrade lxc-pve")
+
+
+def _runc(ctx, seen) -> list:
+    """A runc with the CVE-2025-52881 fix under a host lxc-pve before 6.0.5-2: every inner
+    container start fails ("reopen fd 8: permission denied", runc#4968). The container's runc
+    comes from its package database (nothing of it is run); the host's lxc-pve from pveversion."""
+    host = ctx.facts.lxc_pve
+    if ctx.facts.backend != "pve" or not host or rf.dpkg_compare(host, LXC_PVE_FIXED) >= 0 or not seen.packages:
+        return []
+    verdicts = {pkg: rf.runc_has_52881_fix(pkg, ver) for pkg, ver in sorted(seen.packages.items())}
+    if not any(v is not False for v in verdicts.values()):
+        return []  # only a runc from before the fix: it works under this lxc-pve
+    fixed = [pkg for pkg, v in verdicts.items() if v]
+    which = ", ".join(f"{excerpt(pkg, 40)} {excerpt(seen.packages[pkg], 64)}"
+                      for pkg in (fixed or [p for p, v in verdicts.items() if v is None]))
+    profile = (ctx.config.get("lxc.apparmor.profile") or "").strip()
+    commands = (*UPGRADE, f"pct reboot {ctx.ct}")
+    pin = ("second choice, until the host is upgraded: inside the container, install a runc from before the fix "
+           "and hold it (apt-cache policy runc containerd.io lists the versions; e.g. apt-get install "
+           "containerd.io=1.7.28-1~... && apt-mark hold containerd.io); it lacks the Nov 2025 runc security fixes")
+    never = "not lxc.apparmor.profile: unconfined: that throws the container's confinement away"
+    evidence = (f"the container's package database: {which}",
+                f"host: lxc-pve {excerpt(host, 64)} (pveversion -v); the fix needs lxc-pve {LXC_PVE_FIXED} or later",
+                "runc has the fix from 1.2.8, 1.3.3 and 1.4.0-rc.3 (runc#4968, moby#51405, containerd#12484)")
+    title = (f"upgrade the host's lxc-pve to {LXC_PVE_FIXED} or later ({' && '.join(UPGRADE)}), then restart "
+             f"the container (pct reboot {ctx.ct})")
+    if profile == "unconfined" and fixed:
+        return [ctx.finding(
+            "LXF237", f"CT {ctx.ct} runs unconfined (lxc.apparmor.profile: unconfined), the workaround for its runc "
+            f"({which}) under the host's lxc-pve {excerpt(host, 64)}: its confinement is gone", severity="warning",
+            evidence=evidence, fix=Fix(title + "; then remove lxc.apparmor.profile: unconfined from its config",
+                                       commands=commands, notes=(pin,)))]
+    if fixed:
+        return [ctx.finding(
+            "LXF237", f"CT {ctx.ct}: its runc ({which}) has the CVE-2025-52881 fix and the host's lxc-pve "
+            f"{excerpt(host, 64)} predates {LXC_PVE_FIXED}: every docker run in it fails with "
+            "'reopen fd 8: permission denied'", evidence=evidence,
+            fix=Fix(title, commands=commands, notes=(pin, never)))]
+    return [ctx.finding(
+        "LXF237", f"CT {ctx.ct}: which runc its {which} carries is not known, and the host's lxc-pve "
+        f"{excerpt(host, 64)} predates {LXC_PVE_FIXED}: if docker run fails there with 'reopen fd 8: permission "
+        "denied', this is why", severity="info", evidence=evidence,
+        fix=Fix(title, commands=commands, notes=(never,)))]

@@ -197,3 +197,187 @@ def test_the_reader_caps_what_it_reads_and_says_when_nothing_is_mounted(tmp_path
     assert observe.read_rootfs(Local(), _Backend(), "web", config, running=False).state == "not-mounted"
     lvm = ctconfig.parse(b"lxc.rootfs.path = lvm:/dev/vg/web\n", "lxc", "/var/lib/lxc/web/config")
     assert observe.read_rootfs(Local(), _Backend(), "web", lvm, running=False).state == "not-mounted"
+
+
+# --- runc in the container against the host's lxc-pve (LXF237) --------------------------------
+
+import json  # noqa: E402
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+DPKG_DEBIAN12 = (FIX / "dpkg-status.debian12").read_bytes()
+DPKG_DOCKER_CE = (FIX / "dpkg-status.docker-ce").read_bytes()
+APK = (FIX / "apk-installed.alpine").read_bytes()
+OLD_LXC = "6.0.4-2"  # Proxmox VE 9.0's lxc-pve: before the AppArmor change runc's fix needs
+
+
+def runc_ctx(packages, lxc_pve=OLD_LXC, text="arch: amd64\nfeatures: nesting=1\n", backend="pve"):
+    facts = replace(make_facts(backend=backend), lxc_pve=lxc_pve)
+    ctx = make_ctx(text, flavor=backend, facts=facts)
+    return replace(ctx, rootfs=rf.Rootfs("read", "/proc/1/root", packages=packages))
+
+
+def test_the_package_databases_give_the_runc_packages_installed():
+    assert rf.dpkg_installed(DPKG_DEBIAN12) == {"runc": "1.1.5+ds1-1+deb12u1"}  # containerd.io: removed
+    assert rf.dpkg_installed(DPKG_DOCKER_CE) == {"containerd.io": "1.7.28-2~debian.13~trixie"}
+    assert rf.apk_installed(APK) == {"runc": "1.3.3-r0"}
+    assert rf.installed({rf.DPKG_STATUS: DPKG_DOCKER_CE, rf.APK_INSTALLED: APK}) == \
+        {"runc": "1.3.3-r0", "containerd.io": "1.7.28-2~debian.13~trixie"}
+    hostile = (b"Package: runc\nStatus: install ok installed\nVersion: 1.3.3; rm -rf /\n\n"
+               b"Package: runc\nStatus: install ok\nVersion: 1.3.3\n\n\xff\xfe\x00Package: runc\n")
+    assert rf.dpkg_installed(hostile) == {}
+
+
+@pytest.mark.parametrize("data", [b"", b"\n" * 100000, b"Package:" * 50000, b"\xff" * 300000,
+                                  b"P:runc\nV:\n", b"P:runc\nV:1.3.3 ;x\n"])
+def test_a_broken_package_database_gives_nothing_never_an_exception(data):
+    assert rf.dpkg_installed(data) == {} and rf.apk_installed(data) == {}
+
+
+def test_dpkg_compare_agrees_with_dpkg_on_every_measured_pair():
+    pairs = json.loads((FIX / "dpkg-compare.json").read_text())["pairs"]
+    assert len(pairs) == 351
+    for a, b, want in pairs:
+        assert (rf.dpkg_compare(a, b), rf.dpkg_compare(b, a)) == (want, -want), (a, b)
+
+
+_VERSION_TEXT = st.text(alphabet="0123456789.+~-:abcZ", max_size=24)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_VERSION_TEXT, _VERSION_TEXT)
+def test_dpkg_compare_is_total_and_antisymmetric(a, b):
+    assert rf.dpkg_compare(a, b) == -rf.dpkg_compare(b, a)
+    assert rf.dpkg_compare(a, a) == 0
+
+
+@pytest.mark.parametrize("package, version, fixed", [
+    ("runc", "1.1.5+ds1-1+deb12u1", False), ("runc", "1.1.12-0ubuntu3", False), ("runc", "1.2.7-1", False),
+    ("runc", "1.2.8-1", True), ("runc", "1.3.2", False), ("runc", "1.3.3-0ubuntu1~22.04.2", True),
+    ("runc", "1.4.0~rc.2-1", False), ("runc", "1.4.0~rc.3-1", True), ("runc", "1.4.0_rc3-r0", True),
+    ("runc", "1.4.0-1", True), ("runc", "1.5.0-1", True), ("runc", "1:1.3.3-1", True), ("runc", "garbage", None),
+    ("containerd.io", "1.7.28-1~debian.13~trixie", False), ("containerd.io", "1.7.28-2~debian.13~trixie", True),
+    ("containerd.io", "1.7.29-1~ubuntu.24.04~noble", True), ("containerd.io", "1.6.33-1", False),
+    ("containerd.io", "2.1.5-1~debian.13~trixie", None),
+])
+def test_which_runc_releases_carry_the_fix(package, version, fixed):
+    assert rf.runc_has_52881_fix(package, version) is fixed
+
+
+def test_a_fixed_runc_under_an_old_lxc_pve_is_an_error_with_the_hosts_upgrade_as_the_fix():
+    (f,) = rule.check(runc_ctx({"runc": "1.3.3-0ubuntu1~24.04.3"}))
+    assert (f.code, f.severity) == ("LXF237", "error") and "reopen fd 8" in f.message
+    assert f.fix.applicability == "manual" and not f.fix.edits
+    assert f.fix.commands == ("apt-get update", "apt-get install --only-upgrade lxc-pve", "pct reboot 200")
+    assert any("apt-mark hold" in n for n in f.fix.notes)  # the second choice
+    said = " ".join((f.fix.title, *f.fix.commands))
+    assert "unconfined" not in said  # never the fix; only named in a note as what not to do
+    assert any(n.startswith("not lxc.apparmor.profile: unconfined") for n in f.fix.notes)
+
+
+def test_no_finding_where_runc_and_lxc_pve_agree():
+    assert rule.check(runc_ctx({"runc": "1.3.3-0ubuntu1~24.04.3"}, lxc_pve="6.0.5-2")) == []
+    assert rule.check(runc_ctx({"runc": "1.3.3-1"}, lxc_pve="6.0.5-3+pmx1")) == []
+    assert rule.check(runc_ctx({"runc": "1.1.5+ds1-1+deb12u1"})) == []  # from before the fix: works
+    assert rule.check(runc_ctx({})) == []
+    assert rule.check(runc_ctx({"runc": "1.3.3-1"}, lxc_pve=None)) == []  # lxc-pve unknown: nothing said
+    assert rule.check(runc_ctx({"runc": "1.3.3-1"}, text="lxc.arch = amd64\n", backend="lxc")) == []
+
+
+def test_docker_ces_containerd_io_1_7_28_2_is_the_reported_case():
+    pkgs = rf.dpkg_installed(DPKG_DOCKER_CE)
+    (f,) = rule.check(runc_ctx(pkgs))
+    assert f.severity == "error" and "containerd.io 1.7.28-2~debian.13~trixie" in f.message
+    assert rule.check(runc_ctx({"containerd.io": "1.7.28-1~debian.13~trixie"})) == []
+
+
+def test_a_runc_that_cannot_be_dated_is_info():
+    (f,) = rule.check(runc_ctx({"containerd.io": "2.1.5-1~debian.13~trixie"}))
+    assert (f.code, f.severity) == ("LXF237", "info") and "not known" in f.message
+
+
+def test_the_unconfined_workaround_is_a_warning_about_lost_confinement():
+    (f,) = rule.check(runc_ctx({"runc": "1.3.3-1"}, text="arch: amd64\nlxc.apparmor.profile: unconfined\n"))
+    assert (f.code, f.severity) == ("LXF237", "warning") and "confinement is gone" in f.message
+    assert "remove lxc.apparmor.profile: unconfined" in f.fix.title
+
+
+def test_the_package_database_is_read_with_its_own_cap_and_never_kept_whole(tmp_path):
+    root = tmp_path / "root"
+    (root / "var" / "lib" / "dpkg").mkdir(parents=True)
+    (root / "etc").mkdir()
+    (root / "etc" / "passwd").write_text("root:x:0:0::/root:/bin/sh\n")
+    filler = b"".join(b"Package: pkg%d\nStatus: install ok installed\nVersion: 1.0-%d\n\n" % (i, i)
+                      for i in range(8000))  # ~ 450 KiB: more than FILE_MAX, as a real one is
+    assert len(filler) > rf.FILE_MAX
+    (root / "var" / "lib" / "dpkg" / "status").write_bytes(filler + DPKG_DOCKER_CE)
+    config = ctconfig.parse(f"lxc.rootfs.path = dir:{root}\n".encode(), "lxc", "/var/lib/lxc/web/config")
+    got = observe.read_rootfs(Local(), _Backend(), "web", config, running=False)
+    assert got.packages == {"containerd.io": "1.7.28-2~debian.13~trixie"}
+    assert rf.DPKG_STATUS not in got.files and got.errors == {}
+    # a link out of the root is resolved inside it: the host's own database is never read
+    (root / "var" / "lib" / "dpkg" / "status").unlink()
+    os.symlink("/var/lib/dpkg/status", root / "var" / "lib" / "dpkg" / "status")
+    got = observe.read_rootfs(Local(), _Backend(), "web", config, running=False)
+    assert got.packages == {}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=2048), st.text(max_size=40))
+def test_the_package_parsers_are_total(data, version):
+    for got in (rf.dpkg_installed(data), rf.apk_installed(data)):
+        assert set(got) <= set(rf.RUNC_PACKAGES) and all(v.isprintable() for v in got.values())
+    for package in rf.RUNC_PACKAGES:
+        assert rf.runc_has_52881_fix(package, version) in (True, False, None)
+
+
+# --- a host snapshot (`--root DIR`): the container's rootfs lies under DIR ---------------------
+
+def snapshot_with_rootfs(tmp_path, lxc_pve=OLD_LXC, link_out=False):
+    top = tmp_path / "snap"
+    (top / "etc" / "pve" / "lxc").mkdir(parents=True)
+    (top / "etc" / "pve" / "lxc" / "200.conf").write_text("arch: amd64\nhostname: docker\nunprivileged: 1\n"
+                                                          "rootfs: local:200/vm-200-disk-0.raw,size=8G\n")
+    (top / "proc" / "self").mkdir(parents=True)
+    (top / "proc" / "devices").write_text("Character devices:\n  1 mem\n 10 misc\n\nBlock devices:\n  8 sd\n")
+    (top / "proc" / "self" / "mountinfo").write_text(
+        "30 1 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:9 - cgroup2 cgroup2 rw\n")
+    (top / ".lxcfix").mkdir()
+    (top / ".lxcfix" / "pveversion").write_text(f"pve-manager: 9.0.3 (running version: 9.0.3/0258642)\n"
+                                                f"lxc-pve: {lxc_pve}\npve-container: 6.0.9\n")
+    root = top / "var" / "lib" / "lxc" / "200" / "rootfs"  # a mounted Proxmox container (pct mount)
+    (root / "etc").mkdir(parents=True)
+    (root / "etc" / "passwd").write_text("root:x:0:0::/root:/bin/sh\n")
+    (root / "usr" / "bin").mkdir(parents=True)
+    (root / "usr" / "bin" / "dockerd").write_bytes(b"\x7fELF")
+    (root / "var" / "lib" / "dpkg").mkdir(parents=True)
+    (root / "var" / "lib" / "dpkg" / "status").write_bytes(DPKG_DOCKER_CE)
+    if link_out:  # the container's rootfs is a link out of the snapshot: not followed
+        outside = tmp_path / "elsewhere"
+        root.rename(outside)
+        os.symlink(str(outside), root)
+    return top
+
+
+def test_a_snapshots_container_files_are_checked_where_the_snapshot_holds_them(tmp_path):
+    from lxcfix import repair
+
+    report = repair.scan(repair.open_target(str(snapshot_with_rootfs(tmp_path))), None, keep_context=True)
+    (c,) = report.containers
+    assert report.facts.lxc_pve == OLD_LXC
+    found = {f.code: f for f in c.findings}
+    assert found["LXF237"].severity == "error" and "containerd.io 1.7.28-2" in found["LXF237"].message
+    assert "LXF234" in found  # dockerd without nesting=1,keyctl=1: the same checks as on a live host
+
+
+def test_a_snapshot_without_the_containers_files_says_nothing_about_them(tmp_path):
+    from lxcfix import repair
+
+    top = snapshot_with_rootfs(tmp_path, link_out=True)
+    (c,) = repair.scan(repair.open_target(str(top)), None, keep_context=True).containers
+    assert not {"LXF234", "LXF236", "LXF237"} & {f.code for f in c.findings}
+    import shutil
+
+    shutil.rmtree(top / "var")
+    (c,) = repair.scan(repair.open_target(str(top)), None, keep_context=True).containers
+    assert not {"LXF234", "LXF236", "LXF237"} & {f.code for f in c.findings}
