@@ -13,7 +13,7 @@ lxcfix install needed) and reads back one document.
 
 ops: "plan" (diff and steps, nothing checked or changed), "apply" (dry_run: the check
 run), "apply-all" (every container with a fix, in order; after one rolls back the rest
-are not tried), "rollback". An outcome is one of OUTCOMES; `exit` is what the same
+are not tried), "rollback", "host-fix" (the unit that creates the NVIDIA nodes at boot). An outcome is one of OUTCOMES; `exit` is what the same
 local command exits with. Nothing is printed while it runs: a client that went away
 must not fail a transaction half-way (SIGHUP is ignored, the reply is written at the
 end, and a reply nobody reads is dropped).
@@ -34,7 +34,7 @@ from . import ctconfig
 from .errors import ApplyFailed, BadInput, LxcfixError, RollbackFailed
 
 AGENT_VERSION = 1
-OPS = ("plan", "apply", "apply-all", "rollback")
+OPS = ("plan", "apply", "apply-all", "rollback", "host-fix")
 # applied, nothing-to-do, would-apply (a check run that would go ahead), restored (rollback),
 # refused (nothing changed: lock:, digest moved, bad input), rolled-back (changed, failed,
 # put back), rollback-failed, failed (lxcfix's own state or a host file unusable: nothing
@@ -43,6 +43,7 @@ OUTCOMES = ("applied", "nothing-to-do", "would-apply", "restored", "planned", "r
             "rollback-failed", "failed", "skipped")
 ON_FAILURE = ("on failure: undo the steps done, in reverse (restore the backup, restart or undo the "
               "live change), exit 4")
+HOST_FIX_ON_FAILURE = "on failure: restore the old unit (or remove the new one), undo the enable, reload; exit 4"
 
 
 def outcome_of(e: LxcfixError) -> str:
@@ -179,6 +180,42 @@ def rollback_one(target, ct: str, to: str | None, restart: bool) -> dict:
             "backup": result.backup_path, "reached": result.step_reached}
 
 
+def host_fix(target, *, dry_run: bool = False, enable: bool = True, now: bool = False,
+             modprobe: str | None = None, gpus: list[int] | None = None, expect: str | None = None) -> dict:
+    """`lxcfix host-fix` on this host (LXF112's unit): the record of its one change (ct "host")."""
+    from . import hostfix
+    from .gather import host_facts
+
+    rec: dict = {"ct": "host"}
+    try:
+        plan = hostfix.plan_host_unit(host_facts(target.transport, target.backend), hostfix.read_existing(target),
+                                      modprobe=modprobe or hostfix.MODPROBE, gpu_minors=gpus or None)
+        rec.update(path=plan.path, before=plan.digest, style=plan.style, style_reason=plan.style_reason,
+                   diff=plan.diff(), notes=list(plan.notes))
+        tx = hostfix.host_unit_transaction(target, plan, enable=enable, now=now)
+        rec["steps"] = tx.describe_steps() + [HOST_FIX_ON_FAILURE]
+        if dry_run:
+            verdict = tx.check()
+            rec["verdict"] = verdict.to_json()
+            if not verdict.ok:
+                return {**rec, "outcome": outcome_of(verdict.error), "exit": verdict.exit_code,
+                        "message": verdict.message}
+            if plan.is_empty:
+                return {**rec, "outcome": "nothing-to-do", "exit": 0, "message": f"{plan.path} is up to date"}
+            return {**rec, "outcome": "would-apply", "exit": 1, "message": f"host-fix would install {plan.path}"}
+        if expect is not None and expect != plan.digest:
+            return {**rec, "outcome": "refused", "exit": 2,
+                    "message": f"{plan.path} changed since its diff was shown; nothing changed, look at the new diff"}
+        r = hostfix.apply_host_unit(target, plan, enable=enable, now=now)
+        outcome = "nothing-to-do" if r.step_reached == "nothing-to-do" else "applied"
+        return {**rec, "outcome": outcome, "exit": 0, "reached": r.step_reached, "backup": r.backup_path,
+                "message": f"{hostfix.UNIT_NAME}: {r.step_reached}" + (f"; backup {r.backup_path}" if r.backup_path
+                                                                        else "") + (f" ({r.message})" if r.message
+                                                                                    else "")}
+    except LxcfixError as e:
+        return {**rec, "outcome": outcome_of(e), "exit": int(e.exit_code), "message": str(e)}
+
+
 def serve(req: dict) -> dict:
     """One request (see the module's doc), answered; never raises for a bad one."""
     doc: dict = {"agent": AGENT_VERSION, "host": socket.gethostname(), "results": [], "error": None}
@@ -199,6 +236,15 @@ def serve(req: dict) -> dict:
             doc["results"] = apply_all(target, cts, dry_run=_bool(req, "dry_run"),
                                        restart=_bool(req, "restart", True), live=_bool(req, "live"),
                                        expect=expect, **opts)
+            return doc
+        if op == "host-fix":
+            gpus = req.get("gpus")
+            if gpus is not None and not (isinstance(gpus, list) and all(
+                    isinstance(g, int) and not isinstance(g, bool) and 0 <= g < 256 for g in gpus)):
+                raise BadInput("agent request: gpus must be a list of GPU minors")
+            doc["results"] = [host_fix(target, dry_run=_bool(req, "dry_run"), enable=_bool(req, "enable", True),
+                                       now=_bool(req, "now"), modprobe=_str(req, "modprobe"), gpus=gpus,
+                                       expect=_str(req, "expect"))]
             return doc
         ct = _str(req, "ct")
         if not ct:

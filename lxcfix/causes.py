@@ -115,10 +115,10 @@ class Reach:
     A snapshot's changes go to a fresh copy (`apply --root` edits the tree it is
     given: a bundled example's, a checkout's, is never the one); what only reads
     (plan, diagnose, scan) reads the snapshot itself. A fleet host's apply, plan,
-    diagnose and rollback run from here through its inventory (the agent does the
-    change on the host: no lxcfix install there); the rest of lxcfix's own commands
-    (host-fix, hook) need lxcfix on the host and go there through ssh, as does
-    everything for an inventory read from stdin (no file to name)."""
+    diagnose, rollback and host-fix run from here through its inventory (the agent
+    does the change on the host: no lxcfix install there); the hook's snippet, which
+    runs lxcfix on the host at every start, needs lxcfix there and goes through ssh,
+    as does everything for an inventory read from stdin (no file to name)."""
 
     root: str | None = None
     ssh: tuple[str, ...] = ()
@@ -188,7 +188,7 @@ class Reach:
 
 LOCAL = Reach()
 READS_ONLY = frozenset({"scan", "diagnose", "plan", "audit", "facts", "explain"})
-FLEET = frozenset({"scan", "audit", "diagnose", "plan", "apply", "rollback"})  # take --inventory --host
+FLEET = frozenset({"scan", "audit", "diagnose", "plan", "apply", "rollback", "host-fix"})  # take --inventory --host
 
 
 def ids(findings: Sequence[Finding], facts: HostFacts | None = None) -> list[str]:

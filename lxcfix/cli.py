@@ -470,7 +470,7 @@ def plan(
 ):
     """Print the fix as a unified diff of the config (nothing when there is nothing to do)."""
     if inventory is not None:
-        entry = _one_fleet_host(inventory, host, root, "plan")
+        entry = _one_fleet_host(inventory, host, root, "plan --ct")
         req = {"op": "plan", "ct": ct, "style": style, "asks": sorted(_asks(write_subgid, mode_0666))}
         runs = _changes([entry], req, known_hosts, ssh_config, show=lambda r: _print_run(r, diff=True))
         return Rolled(runs, check=True)
@@ -559,7 +559,7 @@ def rollback(
 ):
     """Restore a backup taken by apply."""
     if inventory is not None:
-        entry = _one_fleet_host(inventory, host, root, "rollback")
+        entry = _one_fleet_host(inventory, host, root, "rollback --ct")
         req = {"op": "rollback", "ct": ct, "to": to, "restart": not no_restart}
         return Rolled(_changes([entry], req, known_hosts, ssh_config, show=lambda r: _print_run(r, diff=False)))
     result = repair.rollback(repair.open_target(root, host), ct, to, restart=not no_restart)
@@ -591,7 +591,7 @@ def _one_fleet_host(inventory: str, hosts: Optional[List[str]], root: Optional[s
     entries = _fleet_entries(inventory, hosts, root)
     if len(entries) != 1:
         names = ", ".join(e.name for e in entries[:5]) + (", ..." if len(entries) > 5 else "")
-        raise BadInput(f"{command} --ct with --inventory: --host must name one host (it names "
+        raise BadInput(f"{command} with --inventory: --host must name one host (it names "
                        f"{len(entries)}: {names})")
     return entries[0]
 
@@ -622,7 +622,7 @@ def _changes(entries: list, request, known_hosts, ssh_config, show, serial: int 
     return fleetapply.roll(entries, one, serial=serial, max_fail=max_fail, on_done=show)
 
 
-def _print_run(r, diff: bool, steps: bool = False, label: bool = True) -> None:
+def _print_run(r, diff: bool, steps: bool = False, label: bool = True, command: str = "apply") -> None:
     """One host's part: each container's diff (and steps and check, for a check run), then its outcome."""
     from .fleetapply import WORDS
 
@@ -636,14 +636,17 @@ def _print_run(r, diff: bool, steps: bool = False, label: bool = True) -> None:
             _print_diff(rec["diff"])
             if rec.get("style"):
                 say(f"style: {rec['style']} ({rec.get('style_reason', '')})", "dim", err)
+        for note in rec.get("notes", []):
+            say(f"note: {note}", "dim", err)
         if steps and rec.get("steps"):
-            _print_steps("steps apply would take", rec["steps"])
+            _print_steps(f"steps {command} would take", rec["steps"])
             v = rec.get("verdict") or {}
             if v.get("ok"):
-                say("check: every step's precondition holds: apply would go ahead", "green")
+                say(f"check: every step's precondition holds: {command} would go ahead", "green")
             elif v:
                 n = rec["steps"].index(v["step"]) + 1 if v.get("step") in rec["steps"] else "?"
-                say(f"check: apply would stop at step {n} ({v.get('step')}), exit {v.get('exit_code')}", "yellow")
+                say(f"check: {command} would stop at step {n} ({v.get('step')}), exit {v.get('exit_code')}",
+                    "yellow")
         say(f"{head}{rec['message']}", RUN_STYLE.get(rec["outcome"]))
 
 
@@ -661,28 +664,34 @@ def _print_summary(runs: list) -> None:
 def _apply_many(ct, hosts, root, inventory, *, dry_run: bool, yes: bool, restart: bool, live: bool, style: str,
                 asks: frozenset, serial: int, max_fail: int, known_hosts, ssh_config, as_json: bool) -> Rolled:
     """apply --inventory (one host's --ct, or --all over the hosts), or apply --all on this host or
-    snapshot. Without --yes (and not --dry-run): a check run first, its diffs shown and confirmed,
-    then the real run of exactly those changes (a config changed meanwhile is refused)."""
-    from . import fleetapply
-
+    snapshot, through the agent (run in this process for this host)."""
     base = {"op": "apply-all" if ct is None else "apply", "dry_run": dry_run, "restart": restart, "live": live,
             "style": style, "asks": sorted(asks), **({"ct": ct} if ct is not None else {})}
-    label = None
     if inventory is not None:
-        entries = [_one_fleet_host(inventory, hosts, root, "apply")] if ct is not None \
+        entries = [_one_fleet_host(inventory, hosts, root, "apply --ct")] if ct is not None \
             else _fleet_entries(inventory, hosts, root)
-        agent_fn = _agent_for(known_hosts, ssh_config)
-    else:
-        repair.open_target(root, hosts)  # a bad --root or --host: bad input before anything runs
-        entries = [None]
-        label = os.path.basename(os.path.abspath(root).rstrip("/")) if root else "this host"
-        agent_fn = lambda entry, req: agent.serve({**req, "root": root})  # noqa: E731  (in this process)
-    many = inventory is not None
-    name = None if many else label
+        return _run_confirmed(entries, base, _agent_for(known_hosts, ssh_config), None, single=ct, yes=yes,
+                              dry_run=dry_run, serial=serial, max_fail=max_fail, as_json=as_json)
+    repair.open_target(root, hosts)  # a bad --root or --host: bad input before anything runs
+    label = os.path.basename(os.path.abspath(root).rstrip("/")) if root else "this host"
+    return _run_confirmed([None], base, lambda entry, req: agent.serve({**req, "root": root}), label, single=ct,
+                          yes=yes, dry_run=dry_run, serial=serial, max_fail=max_fail, as_json=as_json)
+
+
+def _run_confirmed(entries: list, base: dict, agent_fn, name: Optional[str], *, single: Optional[str], yes: bool,
+                   dry_run: bool, serial: int = 1, max_fail: int = 0, as_json: bool = False,
+                   command: str = "apply") -> Rolled:
+    """Without --yes (and not --dry-run): a check run first, its diffs shown and confirmed, then the
+    real run of exactly those changes (each record's digest sent back: a file changed meanwhile is
+    refused). single: the record whose digest is the one expected (--ct, "host"), else a map per
+    container. name: what the one host is called without an inventory."""
+    from . import fleetapply
+
+    many = name is None
 
     def show(r, diff=True, steps=dry_run):
         if not as_json:
-            _print_run(r, diff=diff, steps=steps, label=many)
+            _print_run(r, diff=diff, steps=steps, label=many, command=command)
 
     def run(entries, request, show, serial=serial, max_fail=max_fail):
         return _changes(entries, request, None, None, show, serial, max_fail, agent_fn, name)
@@ -697,17 +706,17 @@ def _apply_many(ct, hosts, root, inventory, *, dry_run: bool, yes: bool, restart
             runs = checked
         else:
             n = sum(len(ex) for ex in expect)
-            _confirm(f"apply {n} change(s)" + (f" on {len(todo)} host(s)" if many else "") + "?")
+            _confirm(f"{command}: {n} change(s)" + (f" on {len(todo)} host(s)" if many else "") + "?")
             by_entry = {id(entries[i]): expect[i] for i in todo}
 
             def confirmed(e):
                 ex = by_entry[id(e)]
-                return {**base, "expect": ex[ct]} if ct is not None else {**base, "expect": ex}
+                return {**base, "expect": ex[single]} if single is not None else {**base, "expect": ex}
 
             done = iter(run([entries[i] for i in todo], confirmed, lambda r: show(r, diff=False)))
             runs = [next(done) if i in todo else checked[i] for i in range(len(entries))]
     if as_json:
-        _json({"command": "apply", "check": dry_run, "hosts": [r.to_json() for r in runs],
+        _json({"command": command, "check": dry_run, "hosts": [r.to_json() for r in runs],
                "exit_code": fleetapply.worst_exit(runs)})
     elif many or len(runs[0].results) > 1:
         _print_summary(runs)
@@ -874,9 +883,18 @@ def host_fix(
     modprobe: Optional[str] = typer.Option(None, "--nvidia-modprobe", metavar="PATH",
                                            help="Default: /usr/bin/nvidia-modprobe."),
     gpu: Optional[List[int]] = typer.Option(None, "--gpu", metavar="MINOR", help="GPU minor (repeat)"),
-) -> Applied:
+    inventory: Optional[str] = InventoryOpt,
+    known_hosts: Optional[str] = KnownHostsOpt, ssh_config: Optional[str] = SshConfigOpt,
+):
     """Install a systemd unit that creates the NVIDIA nodes at boot, before guests start (LXF112)."""
     from . import hostfix
+
+    if inventory is not None:
+        entry = _one_fleet_host(inventory, host, root, "host-fix")
+        req = {"op": "host-fix", "dry_run": dry_run, "enable": not no_enable, "now": now, "modprobe": modprobe,
+               "gpus": list(gpu) if gpu else None}
+        return _run_confirmed([entry], req, _agent_for(known_hosts, ssh_config), None, single="host", yes=yes,
+                              dry_run=dry_run, command="host-fix")
 
     target = repair.open_target(root, host)
     plan = hostfix.plan_host_unit(host_facts(target.transport, target.backend), hostfix.read_existing(target),

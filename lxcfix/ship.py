@@ -159,7 +159,7 @@ def parse_reply(stdout: str, stderr: str, rc: int, nonce: str, host: str) -> dic
 
 _FIELDS = {"ct": str, "outcome": str, "exit": int, "message": str, "diff": str, "style": str,
            "style_reason": str, "before": str, "path": str, "backup": (str, type(None)), "reached": str,
-           "verified": bool, "steps": list, "verdict": dict}
+           "verified": bool, "steps": list, "verdict": dict, "notes": list}
 
 
 def check_doc(doc) -> dict:

@@ -338,3 +338,16 @@ def test_client_killed_between_write_and_restart_then_rollback_restores(fleet, c
     assert r.returncode == 0, r.stdout + r.stderr
     assert Path(c.config_path).read_bytes() == before
     assert c.running()
+
+
+def test_host_fix_through_the_inventory_is_checked_on_the_host_and_changes_nothing(fleet, container_factory):
+    """host-fix's check run on a fleet host (the agent plans the unit from that host's facts); the
+    real install is not run here: it would put a unit into this machine's systemd."""
+    c = container_factory([])
+    fleet.add("hv1", [c])
+    unit = Path("/etc/systemd/system/lxcfix-nvidia-nodes.service")
+    existed = unit.exists()
+    r = fleet.run("host-fix", "--host", "hv1", "--dry-run")
+    assert r.returncode in (1, 4), r.stdout + r.stderr  # would install, or (no systemd here) would stop
+    assert "steps host-fix would take:" in r.stdout and "nvidia-modprobe" in r.stdout
+    assert unit.exists() == existed and not fleet.journal("hv1")

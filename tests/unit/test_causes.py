@@ -312,8 +312,10 @@ def test_commands_are_quoted_and_reach_where_the_report_was_made():
     assert fleet.show("plan", "200") == "lxcfix plan --ct 200 --inventory 'my inv.yaml' --host hv1"
     assert fleet.command("lxcfix apply --ct 200 --write-subgid") == \
         "lxcfix apply --ct 200 --write-subgid --inventory 'my inv.yaml' --host hv1"
-    # lxcfix's host-side commands need lxcfix there: over ssh, as the scan reached it
-    assert fleet.command("lxcfix host-fix --yes    # why") == "ssh -t -p 2222 root@10.0.0.5 'lxcfix host-fix --yes'    # why"
+    assert fleet.command("lxcfix host-fix --yes    # why") == \
+        "lxcfix host-fix --yes --inventory 'my inv.yaml' --host hv1    # why"
+    # the hook's snippet runs lxcfix on the host at every start: it needs lxcfix there, over ssh
+    assert fleet.command("lxcfix hook --print-snippet") == "ssh -t -p 2222 root@10.0.0.5 'lxcfix hook --print-snippet'"
     stdin_fleet = causes.Reach(ssh=("ssh", "root@10.0.0.5"), name="hv1")  # `--inventory -`: no file to name
     assert stdin_fleet.apply("200") == "ssh -t root@10.0.0.5 'lxcfix apply --ct 200'"
     assert causes.LOCAL.command("pct reboot 304") == "pct reboot 304"
@@ -334,6 +336,8 @@ def test_a_fleet_hosts_commands_reach_it_as_the_scan_did():
                                   "--ssh-config /cfg")
     assert reach.show("diagnose", "200") == ("lxcfix diagnose --ct 200 --inventory inv.yaml --host hv1 "
                                              "--known-hosts /kh --ssh-config /cfg")
-    assert reach.command("lxcfix host-fix --yes") == ("ssh -t -F /cfg -o UserKnownHostsFile=/kh -p 2222 -i /keys/id "
-                                                      "root@10.0.0.5 'lxcfix host-fix --yes'")
+    assert reach.command("lxcfix host-fix --yes") == ("lxcfix host-fix --yes --inventory inv.yaml --host hv1 "
+                                                      "--known-hosts /kh --ssh-config /cfg")
+    assert reach.command("lxcfix hook --print-snippet") == ("ssh -t -F /cfg -o UserKnownHostsFile=/kh -p 2222 -i "
+                                                            "/keys/id root@10.0.0.5 'lxcfix hook --print-snippet'")
     assert cli._ssh_reach(here, req) == causes.LOCAL

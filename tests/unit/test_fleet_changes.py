@@ -224,3 +224,13 @@ def test_a_host_gets_its_inventory_backend_and_its_containers():
     req = fleetapply.request_for(hv1, {"op": "apply-all"})
     assert req == {"op": "apply-all", "backend": "lxc", "pve_dir": None, "lxc_path": "/srv/lxc", "cts": ["web", "db"]}
     assert "cts" not in fleetapply.request_for(hv1, {"op": "apply", "ct": "web"})
+
+
+def test_host_fix_through_the_agent_checks_and_shows_the_unit(snap):
+    """host-fix's check run on a snapshot (what `host-fix --inventory --host --dry-run` runs there)."""
+    (h,) = agent.serve({"op": "host-fix", "root": str(snap), "dry_run": True, "enable": False})["results"]
+    assert h["ct"] == "host" and h["outcome"] == "would-apply" and h["exit"] == 1, h
+    assert "nvidia-modprobe" in h["diff"] and h["steps"][-1] == agent.HOST_FIX_ON_FAILURE
+    assert not (snap / "etc/systemd/system").exists() or not list((snap / "etc/systemd/system").glob("lxcfix*"))
+    doc = agent.serve({"op": "host-fix", "root": str(snap), "gpus": ["0"]})
+    assert doc["error"]["exit"] == 2 and "gpus must be a list of GPU minors" in doc["error"]["message"]
