@@ -19,7 +19,7 @@ from typing import List, Optional
 
 import typer
 
-from . import __version__, agent, causes, devices, report, repair
+from . import __version__, causes, devices, report, repair
 from .errors import BadInput, ExitCode, LxcfixError, Unreachable
 from .gather import host_facts
 from .model import CtReport, HostReport
@@ -534,7 +534,9 @@ def apply(
     _print_diff(p.diff())
     say(f"style: {p.style} ({p.style_reason})", "dim", err)
     if dry_run:
-        _print_steps("steps apply would take", tx.describe_steps() + [agent.ON_FAILURE])
+        from .agent import ON_FAILURE
+
+        _print_steps("steps apply would take", tx.describe_steps() + [ON_FAILURE])
         verdict = tx.check()  # check mode: the apply's own preconditions, nothing done
         _print_verdict("apply", verdict)
         verdict.raise_error()
@@ -672,6 +674,8 @@ def _apply_many(ct, hosts, root, inventory, *, dry_run: bool, yes: bool, restart
             else _fleet_entries(inventory, hosts, root)
         return _run_confirmed(entries, base, _agent_for(known_hosts, ssh_config), None, single=ct, yes=yes,
                               dry_run=dry_run, serial=serial, max_fail=max_fail, as_json=as_json)
+    from . import agent
+
     repair.open_target(root, hosts)  # a bad --root or --host: bad input before anything runs
     label = os.path.basename(os.path.abspath(root).rstrip("/")) if root else "this host"
     return _run_confirmed([None], base, lambda entry, req: agent.serve({**req, "root": root}), label, single=ct,
