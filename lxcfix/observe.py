@@ -225,6 +225,31 @@ def rootfs_root(t: Transport, backend, ct: str, config, running: bool) -> tuple[
     return value, ""
 
 
+def first_exists() -> list[str]:
+    """What the reader's first round looks for without reading: the container engines, and the
+    two files that say a stopped container's rootfs is mounted at all."""
+    from . import rootfs
+
+    return [*rootfs.ENGINES, "/etc/passwd", "/etc/os-release"]
+
+
+def reader_argv(root: str, files, exists) -> list[str]:
+    """The rootfs reader as a command on a host that is not this machine (answered in the sweep's
+    own process when the scan asked for it: sweep.Request.rootfs)."""
+    from . import rootfs
+
+    return ["python3", "-c", rootfs.READER, root, str(rootfs.FILE_MAX), str(len(files)), *files, *exists]
+
+
+def rootfs_ask(t: Transport, backend, ct: str, config, running: bool) -> list[str] | None:
+    """The first command read_rootfs runs for a container of a remote host (None: it runs none),
+    for the scan to put into the sweep that probes the host's containers."""
+    from . import rootfs
+
+    root, _ = rootfs_root(t, backend, ct, config, running)
+    return None if root is None else reader_argv(root, list(rootfs.FILES), first_exists())
+
+
 def read_rootfs(t: Transport, backend, ct: str, config, running: bool):
     """The files lxcfix's static checks read (rootfs.FILES) and whether a container engine is
     installed (rootfs.ENGINES), read inside the container's root (rootfs.READER: no symlink
@@ -241,7 +266,7 @@ def read_rootfs(t: Transport, backend, ct: str, config, running: bool):
         except Exception as e:
             return rootfs.Rootfs("unreadable", root, why=f"{root}: {probe_mod.excerpt(str(e), 200)}")
     daemon = None
-    files, exists = list(rootfs.FILES), [*rootfs.ENGINES, "/etc/passwd", "/etc/os-release"]
+    files, exists = list(rootfs.FILES), first_exists()
     # the package databases only where the reader runs in this process: their own cap
     # (megabytes) would not fit one command's output
     caps = {path: rootfs.PKG_MAX for path in rootfs.PACKAGE_DBS} if t.local else {}
@@ -253,8 +278,7 @@ def read_rootfs(t: Transport, backend, ct: str, config, running: bool):
                 exec(compile(rootfs.READER, "<lxcfix rootfs reader>", "exec"), namespace)
                 text = "\n".join(namespace["report"](here, rootfs.FILE_MAX, files, exists, caps))
             else:
-                r = t.run(["python3", "-c", rootfs.READER, root, str(rootfs.FILE_MAX), str(len(files)),
-                           *files, *exists], timeout=30, max_output=8 * rootfs.FILE_MAX * 2)
+                r = t.run(reader_argv(root, files, exists), timeout=30, max_output=8 * rootfs.FILE_MAX * 2)
                 if not r.ok:
                     return rootfs.Rootfs("unreadable", root, why=f"the reader failed (exit {r.rc}): "
                                          f"{probe_mod.excerpt(r.tail(), 200)}")

@@ -123,13 +123,23 @@ def look_inside(ctx: Context, enter: Enter, ct: str, host: str) -> tuple[Context
 
 
 def with_rootfs(ctx: Context, enter: Enter, ct: str, status: str | None) -> Context:
-    """The container's own files for the static checks (rules.rootfs), read on this machine only
-    (observe.read_rootfs: in this process, nothing followed out of the root); a remote host's are
-    not read (a command per container would break the scan's one round trip)."""
-    if status is None or not on_this_machine(enter.transport):
+    """The container's own files for the static checks (rules.rootfs): on this machine read in this
+    process (observe.read_rootfs: nothing followed out of the root); on a remote host read by the
+    sweep that probed its containers (the same reader, run in the sweep's process there:
+    _probe_in_one_go), and not at all when that sweep did not ask (a command per container would
+    break the scan's round trips)."""
+    if status is None:
         return ctx
-    from .observe import read_rootfs
+    from .observe import read_rootfs, rootfs_ask
+    from .transport import answered
 
+    if not on_this_machine(enter.transport):
+        try:
+            ask = rootfs_ask(enter.transport, enter.backend, ct, ctx.config, status == "running")
+        except Exception:
+            return ctx
+        if ask is None or not answered(enter.transport, ask):
+            return ctx
     try:
         seen = read_rootfs(enter.transport, enter.backend, ct, ctx.config, status == "running")
     except Exception:
@@ -298,9 +308,8 @@ def _probe_in_one_go(t: Transport, backend, ctxs: dict[str, Context], swept: boo
             live={backend.name: backend.live_template()}))
         if why:
             return t, why
-    running = [ct for ct in ctxs if backend.status(t, ct) == "running"]
-    if not running:
-        return t, None
+    status = {ct: backend.status(t, ct) for ct in ctxs}
+    running = [ct for ct in ctxs if status[ct] == "running"]
     # The same argv analyze_container's probe will ask for, so the sweep answers it. A container
     # whose argv cannot be made is left out: its own probe (look_inside) reports why.
     batch = []
@@ -309,8 +318,23 @@ def _probe_in_one_go(t: Transport, backend, ctxs: dict[str, Context], swept: boo
             batch.append(backend.exec(t, ct).wrap(probe_argv(probe_paths(ctxs[ct].effective), requests(ctxs[ct]))))
         except Exception:
             continue
-    return gather.prefetch(t, sweep.Request(batch=batch, timeout=container_timeout(), cap=container_output_max(),
-                                            parallel=probe_parallel()))
+    # A remote host's container files (with_rootfs), read there in the same sweep.
+    rootfs = [] if on_this_machine(t) else [
+        a for ct in ctxs if status[ct] in ("running", "stopped")
+        and (a := _rootfs_ask(t, backend, ct, ctxs[ct], status[ct] == "running")) is not None]
+    if not batch and not rootfs:
+        return t, None
+    return gather.prefetch(t, sweep.Request(batch=batch, rootfs=rootfs, timeout=container_timeout(),
+                                            cap=container_output_max(), parallel=probe_parallel()))
+
+
+def _rootfs_ask(t, backend, ct: str, ctx: Context, running: bool) -> list[str] | None:
+    from .observe import rootfs_ask
+
+    try:
+        return rootfs_ask(t, backend, ct, ctx.config, running)
+    except Exception:  # its own read (with_rootfs) says why, or reads nothing
+        return None
 
 
 # Containers of one host probed at once (LXCFIX_PROBE_PARALLEL).

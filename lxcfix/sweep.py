@@ -90,6 +90,9 @@ class Request:
     names: dict = field(default_factory=dict)  # {"pve": regex, "lxc": regex}
     live: dict = field(default_factory=dict)  # {"pve": Live, "lxc": Live}
     batch: Sequence[Sequence[str]] = ()
+    # rootfs reader commands (observe.reader_argv: `python3 -c READER ROOT CAP N FILES... EXISTS...`),
+    # answered by running READER's report() in the script's own process: no python3 per container
+    rootfs: Sequence[Sequence[str]] = ()
     timeout: float = 60.0  # per command
     cap: int = 1024 * 1024  # per command's stdout (and stderr)
     parallel: int = 4
@@ -108,12 +111,13 @@ class Request:
             return index[arg]
 
         batch = [[shared(a) for a in argv] for argv in self.batch]
+        rootfs = [[shared(a) for a in argv] for argv in self.rootfs]
         return json.dumps({
             "nonce": nonce, "read": list(self.read), "run": [list(a) for a in self.run],
             "trees": list(self.trees), "walk": self.walk, "pve_dir": self.pve_dir, "lxcpath": self.lxcpath,
             "cts": None if self.cts is None else list(self.cts), "backend": self.backend,
             "names": dict(self.names), "live": {k: v.to_json() for k, v in self.live.items()},
-            "batch": batch, "strings": strings, "timeout": self.timeout, "cap": self.cap,
+            "batch": batch, "rootfs": rootfs, "strings": strings, "timeout": self.timeout, "cap": self.cap,
             "parallel": self.parallel,
         }, separators=(",", ":"))
 
@@ -469,6 +473,22 @@ if tpl:
     pool([(lambda ct=ct: live(ct, tpl, T, CAP)) for b, ct, p in found if b == backend], N)
 BATCH = [[STRINGS[a] if isinstance(a, int) else a for a in argv] for argv in REQ["batch"]]
 pool([(lambda a=a: emit_run(a, T, CAP)) for a in BATCH], N)
+READERS = {}
+def rootfs_run(argv):
+    """A rootfs reader command answered in this process, as `python3 -c READER ...` prints."""
+    try:
+        ns = READERS.get(argv[2])
+        if ns is None:
+            ns = {"__name__": "lxcfix_rootfs_reader"}
+            exec(compile(argv[2], "<lxcfix rootfs reader>", "exec"), ns)
+            READERS[argv[2]] = ns
+        n = int(argv[5])
+        out, rc, err = "\n".join(ns["report"](argv[3], int(argv[4]), argv[6:6 + n], argv[6 + n:])) + "\n", 0, ""
+    except Exception as e:
+        out, rc, err = "", 1, repr(e)[:500]
+    emit("run", "rootfs", json.dumps({"argv": argv, "rc": rc, "stdout": out, "stderr": err}))
+ROOTFS = [[STRINGS[a] if isinstance(a, int) else a for a in argv] for argv in REQ.get("rootfs", [])]
+pool([(lambda a=a: rootfs_run(a)) for a in ROOTFS], N)
 emit("end", "", b"")
 STDOUT = getattr(sys.stdout, "buffer", sys.stdout)
 import base64

@@ -644,6 +644,16 @@ class Cached:
         self.inner.close()
 
 
+def answered(t, argv: Sequence[str]) -> bool:
+    """Whether a sweep (a Prefetched transport, or one it wraps) holds argv's answer: running
+    it costs no round trip."""
+    while isinstance(t, Prefetched):
+        if tuple(argv) in t.answers.runs:
+            return True
+        t = t.inner
+    return False
+
+
 class Prefetched:
     """A transport answering from what one sweep brought back (sweep.Answers),
     and asking `inner` for anything the sweep did not cover: a file it did not
