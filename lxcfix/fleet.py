@@ -26,13 +26,14 @@ A container on a node the inventory does not list is not judged anywhere.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import replace
 
-from . import codes, gather
+from . import codes, fleetpool, gather
 from .backends import Lxc, Proxmox, detect
 from .errors import BadInput, LxcfixError
 from .inventory import HostEntry
@@ -275,10 +276,14 @@ def scan_one(entry: HostEntry, connect: Connect, *, per_host: int = 4, probe: bo
 def scan_fleet(inventory_hosts: Iterable[HostEntry], *, concurrency: int = 8, per_host: int = 4,
                probe: bool = True, style: str = "auto", progress: Progress | None = None,
                connect: Connect | None = None, enter: Enter | None = None,
-               keep_context: bool = False, upgrade: bool = False) -> list[HostReport]:
+               keep_context: bool = False, upgrade: bool = False, workers: int | None = None) -> list[HostReport]:
     """Scan every host, `concurrency` at a time, `per_host` containers of a host at a time.
     Returns one HostReport per host in inventory order; never raises for a host's failure.
-    connect(entry) -> the host's Transport; enter: how probes reach containers (scan_one)."""
+    connect(entry) -> the host's Transport; enter: how probes reach containers (scan_one).
+    workers: processes holding the connections (fleetpool); None: fleetpool.workers_for(hosts)
+    when the scan can cross a process boundary (an SshConnector, and enter None or its
+    .container; no keep_context: the analysis views stay where they were made), else 1
+    (threads in this process, the only way for any other connect)."""
     hosts = list(inventory_hosts)
     names = [h.name for h in hosts]
     if len(set(names)) != len(names):
@@ -290,6 +295,13 @@ def scan_fleet(inventory_hosts: Iterable[HostEntry], *, concurrency: int = 8, pe
     reports: dict[str, HostReport] = {}
     if not hosts:
         return []
+    if workers is None:
+        workers = fleetpool.workers_for(len(hosts)) if _crosses(connect, enter, keep_context) else 1
+    if workers > 1 and len(hosts) > 1 and concurrency > 1:
+        scan = functools.partial(scan_one, connect=connect, per_host=per_host, probe=probe, style=style,
+                                 enter=enter, keep_context=keep_context, upgrade=upgrade)
+        return fleetpool.scan_in_processes(hosts, scan=scan, workers=min(workers, concurrency),
+                                           concurrency=concurrency, progress=progress)
     pool = ThreadPoolExecutor(max_workers=min(concurrency, len(hosts)), thread_name_prefix="lxcfix-host")
     try:
         futures = {pool.submit(scan_one, h, connect, per_host=per_host, probe=probe, style=style, enter=enter,
@@ -307,6 +319,14 @@ def scan_fleet(inventory_hosts: Iterable[HostEntry], *, concurrency: int = 8, pe
         raise
     pool.shutdown(wait=True)
     return [reports[n] for n in names]
+
+
+def _crosses(connect: Connect, enter: Enter | None, keep_context: bool) -> bool:
+    """Whether scan_one with these can run in a worker process (pickled there, its report back)."""
+    if keep_context or type(connect) is not SshConnector:
+        return False
+    return enter is None or (getattr(enter, "__self__", None) is connect
+                             and getattr(enter, "__func__", None) is SshConnector.container)
 
 
 __all__ = [
