@@ -281,9 +281,10 @@ def scan_fleet(inventory_hosts: Iterable[HostEntry], *, concurrency: int = 8, pe
     Returns one HostReport per host in inventory order; never raises for a host's failure.
     connect(entry) -> the host's Transport; enter: how probes reach containers (scan_one).
     workers: processes holding the connections (fleetpool); None: fleetpool.workers_for(hosts)
-    when the scan can cross a process boundary (an SshConnector, and enter None or its
-    .container; no keep_context: the analysis views stay where they were made), else 1
-    (threads in this process, the only way for any other connect)."""
+    when the scan can cross a process boundary (an SshConnector without accept-new, and enter
+    None or its .container; no keep_context: the analysis views stay where they were made),
+    else 1 (threads in this process, the only way for any other connect). An explicit
+    workers > 1 is taken as it is (the caller vouches that connect and enter pickle)."""
     hosts = list(inventory_hosts)
     names = [h.name for h in hosts]
     if len(set(names)) != len(names):
@@ -297,7 +298,7 @@ def scan_fleet(inventory_hosts: Iterable[HostEntry], *, concurrency: int = 8, pe
         return []
     if workers is None:
         workers = fleetpool.workers_for(len(hosts)) if _crosses(connect, enter, keep_context) else 1
-    if workers > 1 and len(hosts) > 1 and concurrency > 1:
+    if workers > 1 and len(hosts) > 1 and concurrency > 1 and not keep_context:
         scan = functools.partial(scan_one, connect=connect, per_host=per_host, probe=probe, style=style,
                                  enter=enter, keep_context=keep_context, upgrade=upgrade)
         return fleetpool.scan_in_processes(hosts, scan=scan, workers=min(workers, concurrency),
@@ -322,8 +323,9 @@ def scan_fleet(inventory_hosts: Iterable[HostEntry], *, concurrency: int = 8, pe
 
 
 def _crosses(connect: Connect, enter: Enter | None, keep_context: bool) -> bool:
-    """Whether scan_one with these can run in a worker process (pickled there, its report back)."""
-    if keep_context or type(connect) is not SshConnector:
+    """Whether scan_one with these can run in a worker process (pickled there, its report back).
+    Not with accept-new: a new host key is appended to known_hosts under a lock of this process."""
+    if keep_context or type(connect) is not SshConnector or connect.options.accept_new:
         return False
     return enter is None or (getattr(enter, "__self__", None) is connect
                              and getattr(enter, "__func__", None) is SshConnector.container)

@@ -53,6 +53,24 @@ def workers_for(n_hosts: int, cores: int | None = None) -> int:
 # ----------------------------------------------------------------- the worker
 
 
+def portable(rep: HostReport) -> HostReport:
+    """What crosses back to the parent, as scan._analyze_chunk sends it: each container without the
+    views it was judged in (context, planned: they hold the host's loader, and stay here), its
+    causes grouped and its plan's diff computed here, in this worker (the parent would otherwise
+    do both, on one core). The report and the JSON made of it are the same."""
+    from dataclasses import replace
+
+    from .report import grouped
+
+    cts = []
+    for c in rep.containers:
+        if c.plan is not None:
+            c.plan.diff()  # kept by the plan: it travels back with it
+        cts.append(replace(c, context=None, planned=None, causes=tuple(grouped(c, rep.facts))))
+    return replace(rep, containers=tuple(cts))
+
+
+
 def _worker(conn, scan: Scan, threads: int) -> None:
     """A worker process: (index, entry) in, (index, HostReport) out; None ends it."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it ends the workers
@@ -60,6 +78,12 @@ def _worker(conn, scan: Scan, threads: int) -> None:
 
     def one(index: int, entry: HostEntry) -> None:
         rep = scan(entry)  # never raises
+        try:
+            rep = portable(rep)
+        except Exception as e:
+            from .fleet import unreachable
+
+            rep = unreachable(entry.name, f"scan failed: {type(e).__name__}: {e}", rep.seconds)
         with send_lock:
             try:
                 conn.send((index, rep))
