@@ -612,7 +612,7 @@ class Bench:
         """workers: LXCFIX_FLEET_WORKERS (None: unset, lxcfix's own choice). The command joins the
         bench's CPU cgroup first (when there is one), so its whole tree is counted: the forkserver
         and the worker processes are not its children once it exits."""
-        inv = self.inv_all if hosts == self.N else self.inv_one
+        inv = self.inv_all if hosts == self.N else self.inv_one if hosts == 1 else self.inventory(list(range(1, hosts + 1)))
         argv = self.ns.nsenter() + [sys.executable, "-m", "lxcfix", "scan", "--inventory", str(inv), "--json",
                                     "--concurrency", str(min(max(hosts, 1), 256))]
         if not probe:
@@ -683,10 +683,13 @@ class Bench:
     def tools(self) -> list[tuple[str, str, object, list[int]]]:
         """(key, label, go, sshd indices it talks to) of every tool measured in each run."""
         N, out = self.N, []
-        if self.args.cpu:  # client CPU: worker processes (lxcfix's choice) vs one process, and 1 host
-            out.append((f"lx_full_{N}", f"lxcfix scan (probes), {N} hosts", self.lxcfix(N, True)[1], list(range(N))))
-            out.append((f"lx_w1_{N}", f"lxcfix scan (probes), {N} hosts, 1 process",
-                        self.lxcfix(N, True, workers=1)[1], list(range(N))))
+        if self.args.cpu:  # client CPU: worker processes (lxcfix's choice) vs one process, N and N/2 hosts
+            half = max(1, N // 2)
+            for n in dict.fromkeys((N, half)):
+                out.append((f"lx_full_{n}", f"lxcfix scan (probes), {n} hosts", self.lxcfix(n, True)[1],
+                            list(range(n))))
+                out.append((f"lx_w1_{n}", f"lxcfix scan (probes), {n} hosts, 1 process",
+                            self.lxcfix(n, True, workers=1)[1], list(range(n))))
             if N > 1:
                 out.append(("lx_full_1", "lxcfix scan (probes), 1 host", self.lxcfix(1, True)[1], [0]))
             return out
@@ -762,7 +765,27 @@ class Bench:
                         say(f"  RTT {rtt:g} ms, run {rep + 1}: {label}: FAILED: {m['note']}")
             self.relay.stop()
         self.labels = {k: label for k, label, *_ in tools}
+        if self.args.cpu and self.args.profile:
+            rtt = self.args.rtt[-1]
+            self.relay.start(rtt)
+            try:
+                self.profile_text = self.profile(rtt)
+            finally:
+                self.relay.stop()
         return results
+
+    def profile(self, rtt: float) -> str:
+        """One scan of every host, one process, every thread under cProfile (_fleet_profile.py)."""
+        out = self.tmp / "profile.txt"
+        argv = self.ns.nsenter() + [sys.executable, str(BENCH / "_fleet_profile.py"), str(self.N), str(out),
+                                    "scan", "--inventory", str(self.inv_all), "--json", "--concurrency",
+                                    str(min(self.N, 256))]
+        p = subprocess.run(argv, capture_output=True, text=True, env=dict(self.env, LXCFIX_FLEET_WORKERS="1"),
+                           cwd=self.tmp, stdin=subprocess.DEVNULL, timeout=600)
+        head = f"  profile at RTT {rtt:g} ms, {self.N} hosts (exit {p.returncode}):"
+        if not out.exists():
+            return head + " no profile: " + p.stderr.strip()[-300:]
+        return head + "\n" + "\n".join("  " + line for line in out.read_text().splitlines())
 
     # --- what lxcfix found
     def check_findings(self, results) -> list[str]:
@@ -928,6 +951,9 @@ def report(b: Bench, results: dict) -> None:
             cpu_verdicts = cpu_report(b, res, rtt)
         if rtt > 0 and (rtt == 50 or 50 not in results) and verdicts == []:
             verdicts = targets(b, res, rtt, ratio) if not b.args.cpu else cpu_verdicts
+    if getattr(b, "profile_text", None):
+        say()
+        say(b.profile_text)
     say()
     say("Findings of lxcfix, by container kind (every run, every host):")
     for line in b.check_findings(results):
@@ -951,15 +977,21 @@ def cpu_report(b: Bench, res: dict, rtt: float) -> list[str]:
     """Client CPU per host and the --extrapolate-host estimate, each run's own figures, min/median/max;
     the anchor is the same run's single-process scan (LXCFIX_FLEET_WORKERS=1)."""
     N, H = b.N, b.args.extrapolate
+    half = max(1, N // 2)
     cores = len(os.sched_getaffinity(0))
     conc = min(256, H)  # the CLI's --concurrency at most
-    rows: dict[str, list[float]] = {k: [] for k in ("ms", "ms_w1", "ratio", "est", "est_w1", "t1", "start")}
-    for m, w1, one in zip(res.get(f"lx_full_{N}", []), res.get(f"lx_w1_{N}", []), res.get("lx_full_1", [])):
-        if not (m["ok"] and w1["ok"] and one["ok"] and m["conns"] and one["conns"]):
+    rows: dict[str, list[float]] = {k: [] for k in ("ms", "ms_w1", "ratio", "est", "est_w1", "t1", "start",
+                                                    "fixed", "fixed_w1")}
+    for m, w1, mh, w1h, one in zip(res.get(f"lx_full_{N}", []), res.get(f"lx_w1_{N}", []),
+                                   res.get(f"lx_full_{half}", []), res.get(f"lx_w1_{half}", []),
+                                   res.get("lx_full_1", [])):
+        if not all(x["ok"] and x["conns"] for x in (m, w1, mh, w1h, one)) or half == N:
             continue
-        fixed = client_cpu(one)
-        per = (client_cpu(m) - fixed) / (N - 1)
-        per_w1 = (client_cpu(w1) - fixed) / (N - 1)
+        # the marginal cost of a host: between N and N/2 hosts, the same way (processes or not)
+        per = (client_cpu(m) - client_cpu(mh)) / (N - half)
+        per_w1 = (client_cpu(w1) - client_cpu(w1h)) / (N - half)
+        rows["fixed"].append(client_cpu(m) - N * per)
+        rows["fixed_w1"].append(client_cpu(w1) - N * per_w1)
         t1 = time_split(one)["span"]  # one host's SSH activity, nothing else on the machine
         split = time_split(m)
         rows["ms"].append(1000 * per)
@@ -973,13 +1005,15 @@ def cpu_report(b: Bench, res: dict, rtt: float) -> list[str]:
             rate = min(conc / t1, k / cpu_per) if cpu_per > 0 else conc / t1
             rows[key].append(split["start"] + t1 + H / rate + split["exit"])
     out = [f"  client CPU (the whole process tree, cgroup v2: {'yes' if b.cg else 'NO, rusage only'}), "
-           f"per host beyond the first = (CPU at {N} hosts - CPU at 1 host) / {N - 1}, within each run:"]
+           f"per host = (CPU at {N} hosts - CPU at {half} hosts) / {N - half}, each way, within each run:"]
     if not rows["ms"]:
-        return out + ["    not measured: no run where all three lxcfix rows succeeded"]
+        return out + ["    not measured: no run where all five lxcfix rows succeeded"]
     fmt3 = lambda xs, nd=1: f"{min(xs):.{nd}f} / {statistics.median(xs):.{nd}f} / {max(xs):.{nd}f}"
     out += [f"    worker processes (lxcfix's choice)       {fmt3(rows['ms'])} ms per host",
             f"    anchor: one process (LXCFIX_FLEET_WORKERS=1) {fmt3(rows['ms_w1'])} ms per host",
             f"    anchor / workers                         {fmt3(rows['ratio'], 2)} x",
+            f"    fixed CPU (what is left at 0 hosts): workers {fmt3(rows['fixed'], 2)} s, "
+            f"one process {fmt3(rows['fixed_w1'], 2)} s",
             f"  extrapolation to {H} hosts at RTT {rtt:g} ms: start-up (before the first connection, "
             f"{fmt3(rows['start'], 2)} s) + one host's SSH time alone ({fmt3(rows['t1'], 2)} s) + {H} hosts / "
             f"min({conc} in flight / that time, cores / CPU per host) + the {N}-host run's last packet to exit; "
@@ -1055,6 +1089,9 @@ def main() -> int:
                          "vs 1 host, CPU of each one's whole process tree, per host, and the 1,000-host "
                          "extrapolation; no ansible or ssh loop")
     ap.add_argument("--extrapolate", type=int, default=1000, help="hosts the --cpu extrapolation is for")
+    ap.add_argument("--profile", action="store_true",
+                    help="with --cpu: one more scan of every host in one process under cProfile (every thread, "
+                         "CPU clock; bench/_fleet_profile.py): the client CPU per host by phase")
     ap.add_argument("--sshd-log-level", default="DEBUG3",
                     help="sshd and sftp-server LogLevel (default DEBUG3: every SFTP request is logged only there)")
     ap.add_argument("--keep-bashrc", action="store_true", help="leave root's ~/.bashrc visible to the sessions")
