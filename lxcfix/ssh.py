@@ -394,6 +394,63 @@ def known_hosts_name(host: str, port: int) -> str:
     return host if port == 22 else f"[{host}]:{port}"
 
 
+class _KnownHostsFile:
+    """One known_hosts file, parsed once per process (until its inode, size or mtime change),
+    indexed by host name. give() puts in a client's HostKeys exactly the entries paramiko's
+    HostKeys.load would have let lookup() find for that name, in file order (lookup answers
+    the first key of each type): lines read as paramiko reads them (HostKeyEntry.from_line,
+    bad lines skipped), plain names by a dict, hashed ones (|1|salt|hash) matched as paramiko
+    matches them."""
+
+    def __init__(self, path: str):
+        self.plain: dict[str, list[tuple[int, paramiko.PKey]]] = {}
+        self.hashed: list[tuple[int, str, paramiko.PKey]] = []
+        with open(path) as f:
+            for lineno, line in enumerate(f, 1):
+                line = line.strip()
+                if not line or line[0] == "#":
+                    continue
+                try:
+                    entry = paramiko.hostkeys.HostKeyEntry.from_line(line, lineno)
+                except paramiko.SSHException:
+                    continue
+                if entry is None:
+                    continue
+                for h in entry.hostnames:
+                    if h.startswith("|1|"):
+                        self.hashed.append((lineno, h, entry.key))
+                    else:
+                        self.plain.setdefault(h, []).append((lineno, entry.key))
+
+    def keys(self, name: str) -> list[paramiko.PKey]:
+        found = list(self.plain.get(name, ()))
+        if not name.startswith("|1|"):
+            found += [(n, key) for n, h, key in self.hashed
+                      if paramiko.util.constant_time_bytes_eq(paramiko.HostKeys.hash_host(name, h), h)]
+        return [key for _, key in sorted(found, key=lambda nk: nk[0])]
+
+    def give(self, into: paramiko.HostKeys, name: str) -> None:
+        for key in self.keys(name):
+            into._entries.append(paramiko.hostkeys.HostKeyEntry([name], key))
+
+
+_KNOWN_HOSTS_CACHE: dict[str, tuple[tuple, _KnownHostsFile]] = {}
+_KNOWN_HOSTS_CACHE_LOCK = threading.Lock()
+
+
+def _known_hosts(path: str) -> _KnownHostsFile:
+    st = os.stat(path)
+    stamp = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    with _KNOWN_HOSTS_CACHE_LOCK:
+        cached = _KNOWN_HOSTS_CACHE.get(path)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+    parsed = _KnownHostsFile(path)  # outside the lock: another host's connect need not wait
+    with _KNOWN_HOSTS_CACHE_LOCK:
+        _KNOWN_HOSTS_CACHE[path] = (stamp, parsed)
+    return parsed
+
+
 class _Policy(paramiko.MissingHostKeyPolicy):
     """Called only for a key known_hosts has no entry for (paramiko raises BadHostKeyException
     itself for a changed one). Strict: refuse. accept-new: trust it for this connection and
@@ -697,10 +754,11 @@ class Ssh(_Commands):
                     if os.stat(path).st_size > MAX_KNOWN_HOSTS:
                         raise ConnectFailed(f"known_hosts {path}: larger than {MAX_KNOWN_HOSTS >> 20} MiB; "
                                             "not read")
-                    if path == ep.known_hosts_write:
-                        client.load_host_keys(path)
-                    else:
-                        client.load_system_host_keys(path)
+                    # (paramiko's own load parses every line for every connection, and checks each
+                    # line against all before it: quadratic in the file, for each of a fleet's hosts)
+                    _known_hosts(path).give(client.get_host_keys() if path == ep.known_hosts_write
+                                            else client._system_host_keys,
+                                            known_hosts_name(ep.host_key_name, ep.port))
                 except (OSError, paramiko.SSHException) as e:
                     raise ConnectFailed(f"known_hosts {path} cannot be read: {e}") from None
         policy = _Policy(self.label, ep)
