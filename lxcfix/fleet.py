@@ -301,8 +301,11 @@ def scan_fleet(inventory_hosts: Iterable[HostEntry], *, concurrency: int = 8, pe
     if workers > 1 and len(hosts) > 1 and concurrency > 1 and not keep_context:
         scan = functools.partial(scan_one, connect=connect, per_host=per_host, probe=probe, style=style,
                                  enter=enter, keep_context=keep_context, upgrade=upgrade)
-        return fleetpool.scan_in_processes(hosts, scan=scan, workers=min(workers, concurrency),
-                                           concurrency=concurrency, progress=progress)
+        try:
+            return fleetpool.scan_in_processes(hosts, scan=scan, workers=min(workers, concurrency),
+                                               concurrency=concurrency, progress=progress)
+        except fleetpool.NoWorkers:
+            pass  # not one process started: this process's threads, below
     pool = ThreadPoolExecutor(max_workers=min(concurrency, len(hosts)), thread_name_prefix="lxcfix-host")
     try:
         futures = {pool.submit(scan_one, h, connect, per_host=per_host, probe=probe, style=style, enter=enter,

@@ -154,11 +154,11 @@ def _context():
 
 
 def scan_in_processes(hosts: Sequence[HostEntry], *, scan: Scan, workers: int, concurrency: int,
-                      progress: Progress | None = None,
-                      fallback: Callable[[list[HostEntry]], list[HostReport]] | None = None) -> list[HostReport]:
+                      progress: Progress | None = None) -> list[HostReport]:
     """scan(entry) for every host, in `workers` processes, `concurrency` hosts in flight in all.
     scan must pickle (fleet.scan_one with an SshConnector, through functools.partial).
-    fallback(entries): how hosts are scanned when no worker is left (default: scan in threads here)."""
+    NoWorkers when not one process starts; when every worker has died, the hosts not started
+    yet are scanned in threads here."""
     from multiprocessing.connection import wait
 
     from .fleet import unreachable
@@ -193,17 +193,22 @@ def scan_in_processes(hosts: Sequence[HostEntry], *, scan: Scan, workers: int, c
         return sum(len(w.busy) for w in pool)
 
     try:
-        pool = [_Worker(ctx, scan, per) for _ in range(workers)]
+        for _ in range(workers):
+            pool.append(_Worker(ctx, scan, per))
+    except Exception as e:  # no process could be started (a limit, no /dev/shm): the caller's threads
+        for w in pool:
+            w.proc.kill()
+            w.proc.join(5)
+        raise NoWorkers(f"{type(e).__name__}: {e}") from None
+    try:
         for w in pool:
             feed(w)
         while done < total:
             live = [w for w in pool if w.alive]
-            if not live:
+            if not live:  # every worker died: the hosts not started yet are scanned here, in threads
                 rest = list(todo)
                 todo.clear()
-                reps = (fallback or _threads(scan, concurrency))([hosts[i] for i in rest])
-                for index, rep in zip(rest, reps):
-                    finish(index, rep)
+                _threads(scan, concurrency, [(i, hosts[i]) for i in rest], finish)
                 break
             ready = wait([w.conn for w in live] + [w.proc.sentinel for w in live])
             for w in live:
@@ -243,13 +248,19 @@ def _dead(w: _Worker, finish, unreachable) -> None:
     w.busy.clear()
 
 
-def _threads(scan: Scan, concurrency: int) -> Callable[[list[HostEntry]], list[HostReport]]:
-    def run(entries: list[HostEntry]) -> list[HostReport]:
-        if not entries:
-            return []
-        with ThreadPoolExecutor(max_workers=min(concurrency, len(entries)), thread_name_prefix="lxcfix-host") as p:
-            return list(p.map(scan, entries))
-    return run
+def _threads(scan: Scan, concurrency: int, todo: list[tuple[int, HostEntry]], finish) -> None:
+    from concurrent.futures import as_completed
+
+    if not todo:
+        return
+    with ThreadPoolExecutor(max_workers=min(concurrency, len(todo)), thread_name_prefix="lxcfix-host") as pool:
+        futures = {pool.submit(scan, entry): index for index, entry in todo}
+        for fut in as_completed(futures):
+            finish(futures[fut], fut.result())  # scan_one never raises
 
 
-__all__ = ["HOSTS_PER_WORKER", "MAX_WORKERS", "scan_in_processes", "workers_for"]
+class NoWorkers(Exception):
+    """No worker process could be started; nothing was scanned (the caller scans in threads)."""
+
+
+__all__ = ["HOSTS_PER_WORKER", "MAX_WORKERS", "NoWorkers", "scan_in_processes", "workers_for"]
