@@ -62,6 +62,7 @@ import fnmatch
 import getpass
 import hashlib
 import heapq
+import hmac
 import itertools
 import logging
 import os
@@ -404,7 +405,7 @@ class _KnownHostsFile:
 
     def __init__(self, path: str):
         self.plain: dict[str, list[tuple[int, paramiko.PKey]]] = {}
-        self.hashed: list[tuple[int, str, paramiko.PKey]] = []
+        self.hashed: list[tuple[int, bytes, bytes, paramiko.PKey]] = []  # (line, salt, HMAC-SHA1, key)
         with open(path) as f:
             for lineno, line in enumerate(f, 1):
                 line = line.strip()
@@ -418,15 +419,20 @@ class _KnownHostsFile:
                     continue
                 for h in entry.hostnames:
                     if h.startswith("|1|"):
-                        self.hashed.append((lineno, h, entry.key))
+                        try:  # decoded once here, not for every host looked up (paramiko's hash_host)
+                            salt, digest = (base64.b64decode(x, validate=True) for x in h[3:].split("|"))
+                        except ValueError:
+                            continue  # a malformed hashed name matches no host
+                        self.hashed.append((lineno, salt, digest, entry.key))
                     else:
                         self.plain.setdefault(h, []).append((lineno, entry.key))
 
     def keys(self, name: str) -> list[paramiko.PKey]:
         found = list(self.plain.get(name, ()))
-        if not name.startswith("|1|"):
-            found += [(n, key) for n, h, key in self.hashed
-                      if paramiko.util.constant_time_bytes_eq(paramiko.HostKeys.hash_host(name, h), h)]
+        if self.hashed and not name.startswith("|1|"):
+            raw = name.encode()
+            found += [(n, key) for n, salt, digest, key in self.hashed
+                      if hmac.compare_digest(hmac.digest(salt, raw, "sha1"), digest)]
         return [key for _, key in sorted(found, key=lambda nk: nk[0])]
 
     def give(self, into: paramiko.HostKeys, name: str) -> None:
