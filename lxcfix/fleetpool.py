@@ -71,9 +71,15 @@ def portable(rep: HostReport) -> HostReport:
 
 
 
-def _worker(conn, scan: Scan, threads: int) -> None:
-    """A worker process: (index, entry) in, (index, HostReport) out; None ends it."""
+def _worker(conn, scan: Scan, threads: int, gc_threshold: tuple[int, ...]) -> None:
+    """A worker process: (index, entry) in, (index, HostReport) out; None ends it.
+    gc_threshold: the parent's (cli.main raises it: a scan's objects all live until the
+    report; the default thresholds re-walk them again and again, in every worker too)."""
+    import gc
+
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it ends the workers
+    gc.freeze()  # what the forkserver imported: never garbage
+    gc.set_threshold(*gc_threshold)
     send_lock = threading.Lock()
 
     def one(index: int, entry: HostEntry) -> None:
@@ -115,7 +121,9 @@ class _Worker:
         self.conn = parent_end
         self.slots = slots
         self.busy: dict[int, HostEntry] = {}
-        self.proc = ctx.Process(target=_worker, args=(child_end, scan, slots), daemon=True,
+        import gc
+
+        self.proc = ctx.Process(target=_worker, args=(child_end, scan, slots, gc.get_threshold()), daemon=True,
                                 name="lxcfix-fleet-worker")
         self.proc.start()
         child_end.close()
