@@ -12,7 +12,8 @@ all sharing that connection and those facts. `concurrency` hosts are in
 flight at most. A host that cannot be reached, or fails in any way, becomes a
 host-level LXF301 report; the other hosts are not affected. fleet prints
 nothing: `progress(host, done, total)` is called from the calling thread after
-each host finishes.
+each host finishes. From 32 hosts up the hosts are spread over worker processes,
+one per core (fleetpool.py), each holding its share of the connections.
 
 Proxmox clusters: every node sees every node's configs under
 /etc/pve/nodes/*/lxc, but device facts (majors, nodes, driver) belong to the
@@ -284,7 +285,8 @@ def scan_fleet(inventory_hosts: Iterable[HostEntry], *, concurrency: int = 8, pe
     when the scan can cross a process boundary (an SshConnector without accept-new, and enter
     None or its .container; no keep_context: the analysis views stay where they were made),
     else 1 (threads in this process, the only way for any other connect). An explicit
-    workers > 1 is taken as it is (the caller vouches that connect and enter pickle)."""
+    workers > 1 is taken as it is, but for keep_context (the caller vouches that connect and
+    enter pickle; where no worker can start, threads here)."""
     hosts = list(inventory_hosts)
     names = [h.name for h in hosts]
     if len(set(names)) != len(names):
