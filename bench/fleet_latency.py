@@ -472,6 +472,36 @@ def ensure_ansible() -> tuple[str | None, str]:
     return str(binary), f"{first} in {VENV}"
 
 
+def make_cgroup(rid: str) -> Path | None:
+    """A cgroup v2 for the lxcfix rows (this script runs with a pure cgroup2 /sys/fs/cgroup, see
+    reexec_in_cgroup2), or None where there is none: then only RUSAGE_CHILDREN, which misses
+    the worker processes (children of the forkserver)."""
+    root = Path("/sys/fs/cgroup")
+    if not (root / "cgroup.controllers").exists():
+        return None
+    cg = root / f"lxcfix-bench-cpu-{rid}"
+    try:
+        cg.mkdir(exist_ok=True)
+        return cg if (cg / "cpu.stat").exists() else None
+    except OSError:
+        return None
+
+
+def cgroup_cpu(cg: Path | None, settle: bool = False) -> float | None:
+    """CPU seconds (user + system) of every process that ever ran in cg; settle: first wait
+    (up to 10 s) until none is left (a forkserver ends a moment after lxcfix)."""
+    if cg is None:
+        return None
+    if settle:
+        end = time.monotonic() + 10
+        while time.monotonic() < end and (cg / "cgroup.procs").read_text().strip():
+            time.sleep(0.02)
+    for line in (cg / "cpu.stat").read_text().splitlines():
+        if line.startswith("usage_usec "):
+            return int(line.split()[1]) / 1e6
+    return None
+
+
 # ----------------------------------------------------------------- the bench
 
 class Bench:
@@ -487,6 +517,7 @@ class Bench:
         self.cts: list[list[tuple[str, str]]] = []  # per host: (name, kind)
         self.tree = Path(args.lxcfix).resolve()
         self.ansible = None
+        self.cg: Path | None = None  # a cgroup v2 the lxcfix rows run in: their CPU, every process of it
 
     # --- setup
     def setup(self) -> None:
@@ -525,12 +556,13 @@ class Bench:
         # byte-code caches under bench/out/, so the tree under test (another checkout) is not written to
         self.env = {"PATH": CLEAN_PATH, "HOME": "/root", "LANG": "C.UTF-8", "PYTHONPATH": str(self.tree),
                     "PYTHONPYCACHEPREFIX": str(OUT / "pycache")}
-        if not self.args.no_ansible:
+        if not (self.args.no_ansible or self.args.cpu):
             self.ansible, self.ansible_note = ensure_ansible()
         else:
-            self.ansible_note = "skipped (--no-ansible)"
+            self.ansible_note = "skipped (--cpu)" if self.args.cpu else "skipped (--no-ansible)"
         self.ssh = shutil.which("ssh", path=CLEAN_PATH)
         self.write_ssh_loop()
+        self.cg = make_cgroup(self.rid)
 
     def inventory(self, hosts: list[int]) -> Path:
         p = self.tmp / f"inventory-{len(hosts)}.yaml"
@@ -577,15 +609,21 @@ class Bench:
         self.loop_out = out
 
     # --- the tools, each returns (ok, note, parsed)
-    def lxcfix(self, hosts: int, probe: bool):
-        inv = self.inv_all if hosts == self.N else self.inv_one
+    def lxcfix(self, hosts: int, probe: bool, workers: int | None = None):
+        """workers: LXCFIX_FLEET_WORKERS (None: unset, lxcfix's own choice). The command joins the
+        bench's CPU cgroup first (when there is one), so its whole tree is counted: the forkserver
+        and the worker processes are not its children once it exits."""
+        inv = self.inv_all if hosts == self.N else self.inv_one if hosts == 1 else self.inventory(list(range(1, hosts + 1)))
         argv = self.ns.nsenter() + [sys.executable, "-m", "lxcfix", "scan", "--inventory", str(inv), "--json",
-                                    "--concurrency", str(max(hosts, 1))]
+                                    "--concurrency", str(min(max(hosts, 1), 256))]
         if not probe:
             argv.append("--no-probe")
+        if self.cg is not None:
+            argv = ["sh", "-c", 'echo $$ >"$0/cgroup.procs" && exec "$@"', str(self.cg)] + argv
+        env = dict(self.env, **({"LXCFIX_FLEET_WORKERS": str(workers)} if workers else {}))
 
         def go():
-            p = subprocess.run(argv, capture_output=True, text=True, env=self.env, cwd=self.tmp,
+            p = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=self.tmp,
                                stdin=subprocess.DEVNULL, timeout=600)
             if p.returncode not in (0, 1, 3):
                 return False, f"exit {p.returncode}: {p.stderr.strip()[-300:]}", None
@@ -646,6 +684,16 @@ class Bench:
     def tools(self) -> list[tuple[str, str, object, list[int]]]:
         """(key, label, go, sshd indices it talks to) of every tool measured in each run."""
         N, out = self.N, []
+        if self.args.cpu:  # client CPU: worker processes (lxcfix's choice) vs one process, N and N/2 hosts
+            half = max(1, N // 2)
+            for n in dict.fromkeys((N, half)):
+                out.append((f"lx_full_{n}", f"lxcfix scan (probes), {n} hosts", self.lxcfix(n, True)[1],
+                            list(range(n))))
+                out.append((f"lx_w1_{n}", f"lxcfix scan (probes), {n} hosts, 1 process",
+                            self.lxcfix(n, True, workers=1)[1], list(range(n))))
+            if N > 1:
+                out.append(("lx_full_1", "lxcfix scan (probes), 1 host", self.lxcfix(1, True)[1], [0]))
+            return out
         for probe in (True, False):
             for hosts in (N, 1) if N > 1 else (1,):
                 key = f"lx_{'full' if probe else 'np'}_{hosts}"
@@ -663,6 +711,7 @@ class Bench:
         import resource
 
         self.relay.mark()
+        g0 = cgroup_cpu(self.cg)
         r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.monotonic()
         p0 = time.perf_counter()
@@ -672,6 +721,7 @@ class Bench:
             ok, note, parsed = False, f"timed out after {e.timeout} s", None
         wall = time.perf_counter() - p0
         r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        g1 = cgroup_cpu(self.cg, settle=True)
         recs, still = self.relay.collect()
         time.sleep(0.05)  # the last log lines of each sshd child
         t1 = time.monotonic()
@@ -687,8 +737,9 @@ class Bench:
                 if m:  # ports repeat across the sshds: keyed by host too
                     accepted[(self.sshds[i].name, int(m.group(1)))] = _t
         conns = [connection_stats(r, self.relay.one_way, accepted) for r in recs]
-        return {"wall": wall, "t0": t0, "t_end": t0 + wall,
-                "cpu": (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime), "ok": ok,
+        cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+        return {"wall": wall, "t0": t0, "t_end": t0 + wall, "cpu": cpu,
+                "tree_cpu": g1 - g0 if g0 is not None and g1 is not None else None, "ok": ok,
                 "note": note, "parsed": parsed, "conns": conns, "sshd": sshd}
 
     def run_all(self) -> dict:
@@ -715,7 +766,27 @@ class Bench:
                         say(f"  RTT {rtt:g} ms, run {rep + 1}: {label}: FAILED: {m['note']}")
             self.relay.stop()
         self.labels = {k: label for k, label, *_ in tools}
+        if self.args.cpu and self.args.profile:
+            rtt = self.args.rtt[-1]
+            self.relay.start(rtt)
+            try:
+                self.profile_text = self.profile(rtt)
+            finally:
+                self.relay.stop()
         return results
+
+    def profile(self, rtt: float) -> str:
+        """One scan of every host, one process, every thread under cProfile (_fleet_profile.py)."""
+        out = self.tmp / "profile.txt"
+        argv = self.ns.nsenter() + [sys.executable, str(BENCH / "_fleet_profile.py"), str(self.N), str(out),
+                                    "scan", "--inventory", str(self.inv_all), "--json", "--concurrency",
+                                    str(min(self.N, 256))]
+        p = subprocess.run(argv, capture_output=True, text=True, env=dict(self.env, LXCFIX_FLEET_WORKERS="1"),
+                           cwd=self.tmp, stdin=subprocess.DEVNULL, timeout=600)
+        head = f"  profile at RTT {rtt:g} ms, {self.N} hosts (exit {p.returncode}):"
+        if not out.exists():
+            return head + " no profile: " + p.stderr.strip()[-300:]
+        return head + "\n" + "\n".join("  " + line for line in out.read_text().splitlines())
 
     # --- what lxcfix found
     def check_findings(self, results) -> list[str]:
@@ -810,7 +881,7 @@ def report(b: Bench, results: dict) -> None:
         for key, runs in res.items():
             walls = [m["wall"] for m in runs if m["ok"]]
             fails = sum(1 for m in runs if not m["ok"])
-            say(f"  {b.labels[key]:{width}}{mmm(walls):>26}   {fmt(med([m['cpu'] for m in runs]), 3):>12}  "
+            say(f"  {b.labels[key]:{width}}{mmm(walls):>26}   {fmt(med([client_cpu(m) for m in runs]), 3):>12}  "
                 f"{fails or ''}")
 
         def ratio(num: str, den: str) -> list[float]:
@@ -876,8 +947,14 @@ def report(b: Bench, results: dict) -> None:
                 say(f"    {b.labels[key]}: SFTP requests per host: "
                     + ", ".join(f"{op} {med(v + [0] * (len(runs) - len(v))):.1f}"
                                 for op, v in sorted(ops.items(), key=lambda kv: -med(kv[1]))))
+        cpu_verdicts: list[str] = []
+        if b.args.cpu and N > 1:
+            cpu_verdicts = cpu_report(b, res, rtt)
         if rtt > 0 and (rtt == 50 or 50 not in results) and verdicts == []:
-            verdicts = targets(b, res, rtt, ratio)
+            verdicts = targets(b, res, rtt, ratio) if not b.args.cpu else cpu_verdicts
+    if getattr(b, "profile_text", None):
+        say()
+        say(b.profile_text)
     say()
     say("Findings of lxcfix, by container kind (every run, every host):")
     for line in b.check_findings(results):
@@ -886,6 +963,75 @@ def report(b: Bench, results: dict) -> None:
         say()
         for line in verdicts:
             say(line)
+
+
+def client_cpu(m: dict) -> float:
+    """The CPU of the command's whole process tree where the cgroup counted it, else its rusage."""
+    return m["tree_cpu"] if m.get("tree_cpu") is not None else m["cpu"]
+
+
+TARGET_CPU_MS = 15.0  # issue 22: client CPU per host
+TARGET_EXTRA_S = 20.0  # issue 22: 1,000 hosts at 50 ms RTT
+
+
+def cpu_report(b: Bench, res: dict, rtt: float) -> list[str]:
+    """Client CPU per host and the --extrapolate-host estimate, each run's own figures, min/median/max;
+    the anchor is the same run's single-process scan (LXCFIX_FLEET_WORKERS=1)."""
+    N, H = b.N, b.args.extrapolate
+    half = max(1, N // 2)
+    cores = len(os.sched_getaffinity(0))
+    conc = min(256, H)  # the CLI's --concurrency at most
+    rows: dict[str, list[float]] = {k: [] for k in ("ms", "ms_w1", "ratio", "est", "est_w1", "t1", "start",
+                                                    "fixed", "fixed_w1")}
+    for m, w1, mh, w1h, one in zip(res.get(f"lx_full_{N}", []), res.get(f"lx_w1_{N}", []),
+                                   res.get(f"lx_full_{half}", []), res.get(f"lx_w1_{half}", []),
+                                   res.get("lx_full_1", [])):
+        if not all(x["ok"] and x["conns"] for x in (m, w1, mh, w1h, one)) or half == N:
+            continue
+        # the marginal cost of a host: between N and N/2 hosts, the same way (processes or not)
+        per = (client_cpu(m) - client_cpu(mh)) / (N - half)
+        per_w1 = (client_cpu(w1) - client_cpu(w1h)) / (N - half)
+        rows["fixed"].append(client_cpu(m) - N * per)
+        rows["fixed_w1"].append(client_cpu(w1) - N * per_w1)
+        t1 = time_split(one)["span"]  # one host's SSH activity, nothing else on the machine
+        split = time_split(m)
+        rows["ms"].append(1000 * per)
+        rows["ms_w1"].append(1000 * per_w1)
+        rows["ratio"].append(per_w1 / per if per > 0 else float("nan"))
+        rows["t1"].append(t1)
+        rows["start"].append(split["start"])
+        # hosts/s: the network's (conc hosts in flight, each t1 long) or the client's CPU's
+        # (every core for the worker processes; one core for one process), whichever is less
+        for key, cpu_per, k in (("est", per, cores), ("est_w1", per_w1, 1)):
+            rate = min(conc / t1, k / cpu_per) if cpu_per > 0 else conc / t1
+            rows[key].append(split["start"] + t1 + H / rate + split["exit"])
+    out = [f"  client CPU (the whole process tree, cgroup v2: {'yes' if b.cg else 'NO, rusage only'}), "
+           f"per host = (CPU at {N} hosts - CPU at {half} hosts) / {N - half}, each way, within each run:"]
+    if not rows["ms"]:
+        return out + ["    not measured: no run where all five lxcfix rows succeeded"]
+    fmt3 = lambda xs, nd=1: f"{min(xs):.{nd}f} / {statistics.median(xs):.{nd}f} / {max(xs):.{nd}f}"
+    out += [f"    worker processes (lxcfix's choice)       {fmt3(rows['ms'])} ms per host",
+            f"    anchor: one process (LXCFIX_FLEET_WORKERS=1) {fmt3(rows['ms_w1'])} ms per host",
+            f"    anchor / workers                         {fmt3(rows['ratio'], 2)} x",
+            f"    fixed CPU (what is left at 0 hosts): workers {fmt3(rows['fixed'], 2)} s, "
+            f"one process {fmt3(rows['fixed_w1'], 2)} s",
+            f"  extrapolation to {H} hosts at RTT {rtt:g} ms: start-up (before the first connection, "
+            f"{fmt3(rows['start'], 2)} s) + one host's SSH time alone ({fmt3(rows['t1'], 2)} s) + {H} hosts / "
+            f"min({conc} in flight / that time, cores / CPU per host) + the {N}-host run's last packet to exit; "
+            f"cores = {cores} for worker processes, 1 for one process; the remote side's work is on the hosts:",
+            f"    worker processes                         {fmt3(rows['est'])} s",
+            f"    anchor: one process                      {fmt3(rows['est_w1'])} s"]
+    v, e = statistics.median(rows["ms"]), statistics.median(rows["est"])
+    verdicts = [f"Targets (issue 22), RTT {rtt:g} ms, {N} real hosts measured:",
+                f"  client CPU <= {TARGET_CPU_MS:g} ms per host: {v:.1f} ms (min {min(rows['ms']):.1f}, "
+                f"max {max(rows['ms']):.1f}; one process {statistics.median(rows['ms_w1']):.1f})  "
+                f"{'PASS' if v <= TARGET_CPU_MS else 'MISS'}",
+                f"  {H} hosts within {TARGET_EXTRA_S:g} s (extrapolated): {e:.1f} s (min {min(rows['est']):.1f}, "
+                f"max {max(rows['est']):.1f}; one process {statistics.median(rows['est_w1']):.1f})  "
+                f"{'PASS' if e <= TARGET_EXTRA_S else 'MISS'}"]
+    for line in out:
+        say(line)
+    return verdicts
 
 
 def targets(b: Bench, res: dict, rtt: float, ratio) -> list[str]:
@@ -939,6 +1085,14 @@ def main() -> int:
     ap.add_argument("--reps", "-r", type=int, default=3, help="runs per RTT (each figure: min/median/max)")
     ap.add_argument("--lxcfix", default=str(REPO), help="checkout whose lxcfix is measured (PYTHONPATH)")
     ap.add_argument("--no-ansible", action="store_true")
+    ap.add_argument("--cpu", action="store_true",
+                    help="client CPU only (issue 22): lxcfix with worker processes vs LXCFIX_FLEET_WORKERS=1 "
+                         "vs 1 host, CPU of each one's whole process tree, per host, and the 1,000-host "
+                         "extrapolation; no ansible or ssh loop")
+    ap.add_argument("--extrapolate", type=int, default=1000, help="hosts the --cpu extrapolation is for")
+    ap.add_argument("--profile", action="store_true",
+                    help="with --cpu: one more scan of every host in one process under cProfile (every thread, "
+                         "CPU clock; bench/_fleet_profile.py): the client CPU per host by phase")
     ap.add_argument("--sshd-log-level", default="DEBUG3",
                     help="sshd and sftp-server LogLevel (default DEBUG3: every SFTP request is logged only there)")
     ap.add_argument("--keep-bashrc", action="store_true", help="leave root's ~/.bashrc visible to the sessions")
@@ -1018,6 +1172,11 @@ def teardown(b: Bench, harness) -> None:
         except Exception as e:
             say(f"teardown: sshd {d.name}: {e}")
     b.ns.down()
+    if b.cg is not None:
+        try:
+            b.cg.rmdir()
+        except OSError as e:
+            say(f"teardown: cgroup {b.cg}: {e}")
     if b.factory is not None:
         try:
             b.factory.destroy_all()

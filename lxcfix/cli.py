@@ -321,13 +321,18 @@ def _fleet(req: FleetRequest, show_progress: bool, reaches: dict | None = None) 
     if reaches is not None:
         reaches.update((e.name, _ssh_reach(e, req)) for e in entries)
     connect = fleet.SshConnector(options)
+    # LXCFIX_FLEET_WORKERS: how many processes hold the connections (1: threads in this one;
+    # unset: one per core from 32 hosts up, fleetpool.workers_for). The bench's anchor sets it.
+    workers = os.environ.get("LXCFIX_FLEET_WORKERS", "").strip() or None
+    if workers is not None and not (workers.isdigit() and 1 <= int(workers) <= 64):
+        raise BadInput(f"LXCFIX_FLEET_WORKERS={workers[:20]!r}: a number of processes, 1 to 64")
     # A terminal, not --color always: a progress bar must never land in a log.
     with Progress(console=err.real(), disable=not (show_progress and sys.stderr.isatty()), transient=True) as bar:
         task = bar.add_task("scanning", total=len(entries))
         return fleet.scan_fleet(entries, concurrency=req.concurrency, per_host=4, probe=req.probe, style=req.style,
                                 progress=lambda h, done, total: bar.update(task, completed=done, description=h),
                                 connect=connect, enter=connect.container, keep_context=req.keep_context,
-                                upgrade=req.upgrade)
+                                upgrade=req.upgrade, workers=int(workers) if workers else None)
 
 
 # ---- commands

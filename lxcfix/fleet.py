@@ -12,7 +12,8 @@ all sharing that connection and those facts. `concurrency` hosts are in
 flight at most. A host that cannot be reached, or fails in any way, becomes a
 host-level LXF301 report; the other hosts are not affected. fleet prints
 nothing: `progress(host, done, total)` is called from the calling thread after
-each host finishes.
+each host finishes. From 32 hosts up the hosts are spread over worker processes,
+one per core (fleetpool.py), each holding its share of the connections.
 
 Proxmox clusters: every node sees every node's configs under
 /etc/pve/nodes/*/lxc, but device facts (majors, nodes, driver) belong to the
@@ -26,13 +27,14 @@ A container on a node the inventory does not list is not judged anywhere.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import replace
 
-from . import codes, gather
+from . import codes, fleetpool, gather
 from .backends import Lxc, Proxmox, choose
 from .errors import BadInput, LxcfixError
 from .inventory import HostEntry
@@ -259,10 +261,16 @@ def scan_one(entry: HostEntry, connect: Connect, *, per_host: int = 4, probe: bo
 def scan_fleet(inventory_hosts: Iterable[HostEntry], *, concurrency: int = 8, per_host: int = 4,
                probe: bool = True, style: str = "auto", progress: Progress | None = None,
                connect: Connect | None = None, enter: Enter | None = None,
-               keep_context: bool = False, upgrade: bool = False) -> list[HostReport]:
+               keep_context: bool = False, upgrade: bool = False, workers: int | None = None) -> list[HostReport]:
     """Scan every host, `concurrency` at a time, `per_host` containers of a host at a time.
     Returns one HostReport per host in inventory order; never raises for a host's failure.
-    connect(entry) -> the host's Transport; enter: how probes reach containers (scan_one)."""
+    connect(entry) -> the host's Transport; enter: how probes reach containers (scan_one).
+    workers: processes holding the connections (fleetpool); None: fleetpool.workers_for(hosts)
+    when the scan can cross a process boundary (an SshConnector without accept-new, and enter
+    None or its .container; no keep_context: the analysis views stay where they were made),
+    else 1 (threads in this process, the only way for any other connect). An explicit
+    workers > 1 is taken as it is, but for keep_context (the caller vouches that connect and
+    enter pickle; where no worker can start, threads here)."""
     hosts = list(inventory_hosts)
     names = [h.name for h in hosts]
     if len(set(names)) != len(names):
@@ -274,6 +282,16 @@ def scan_fleet(inventory_hosts: Iterable[HostEntry], *, concurrency: int = 8, pe
     reports: dict[str, HostReport] = {}
     if not hosts:
         return []
+    if workers is None:
+        workers = fleetpool.workers_for(len(hosts)) if _crosses(connect, enter, keep_context) else 1
+    if workers > 1 and len(hosts) > 1 and concurrency > 1 and not keep_context:
+        scan = functools.partial(scan_one, connect=connect, per_host=per_host, probe=probe, style=style,
+                                 enter=enter, keep_context=keep_context, upgrade=upgrade)
+        try:
+            return fleetpool.scan_in_processes(hosts, scan=scan, workers=min(workers, concurrency),
+                                               concurrency=concurrency, progress=progress)
+        except fleetpool.NoWorkers:
+            pass  # not one process started: this process's threads, below
     pool = ThreadPoolExecutor(max_workers=min(concurrency, len(hosts)), thread_name_prefix="lxcfix-host")
     try:
         futures = {pool.submit(scan_one, h, connect, per_host=per_host, probe=probe, style=style, enter=enter,
@@ -291,6 +309,15 @@ def scan_fleet(inventory_hosts: Iterable[HostEntry], *, concurrency: int = 8, pe
         raise
     pool.shutdown(wait=True)
     return [reports[n] for n in names]
+
+
+def _crosses(connect: Connect, enter: Enter | None, keep_context: bool) -> bool:
+    """Whether scan_one with these can run in a worker process (pickled there, its report back).
+    Not with accept-new: a new host key is appended to known_hosts under a lock of this process."""
+    if keep_context or type(connect) is not SshConnector or connect.options.accept_new:
+        return False
+    return enter is None or (getattr(enter, "__self__", None) is connect
+                             and getattr(enter, "__func__", None) is SshConnector.container)
 
 
 __all__ = [

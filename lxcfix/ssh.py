@@ -59,9 +59,11 @@ from __future__ import annotations
 import base64
 import errno
 import fnmatch
+import functools
 import getpass
 import hashlib
 import heapq
+import hmac
 import itertools
 import logging
 import os
@@ -395,6 +397,75 @@ def known_hosts_name(host: str, port: int) -> str:
     return host if port == 22 else f"[{host}]:{port}"
 
 
+class _KnownHostsFile:
+    """One known_hosts file, parsed once per process (until its inode, size or mtime change),
+    indexed by host name. give() puts in a client's HostKeys exactly the entries paramiko's
+    HostKeys.load would have let lookup() find for that name, in file order (lookup answers
+    the first key of each type): lines read as paramiko reads them (HostKeyEntry.from_line,
+    bad lines skipped), plain names by a dict, hashed ones (|1|salt|hash) matched as paramiko
+    matches them."""
+
+    def __init__(self, path: str):
+        self.plain: dict[str, list[tuple[int, paramiko.PKey]]] = {}
+        self.hashed: list[tuple[int, bytes, bytes, paramiko.PKey]] = []  # (line, salt, HMAC-SHA1, key)
+        with open(path) as f:
+            for lineno, line in enumerate(f, 1):
+                line = line.strip()
+                if not line or line[0] == "#":
+                    continue
+                try:
+                    entry = paramiko.hostkeys.HostKeyEntry.from_line(line, lineno)
+                except paramiko.SSHException:
+                    continue
+                if entry is None:
+                    continue
+                for h in entry.hostnames:
+                    if h.startswith("|1|"):
+                        try:  # decoded once here, not for every host looked up (paramiko's hash_host)
+                            salt, digest = (base64.b64decode(x, validate=True) for x in h[3:].split("|"))
+                        except ValueError:
+                            continue  # a malformed hashed name matches no host
+                        self.hashed.append((lineno, salt, digest, entry.key))
+                    else:
+                        self.plain.setdefault(h, []).append((lineno, entry.key))
+
+    def keys(self, name: str) -> list[paramiko.PKey]:
+        found = list(self.plain.get(name, ()))
+        if self.hashed and not name.startswith("|1|"):
+            raw = name.encode()
+            found += [(n, key) for n, salt, digest, key in self.hashed
+                      if hmac.compare_digest(hmac.digest(salt, raw, "sha1"), digest)]
+        return [key for _, key in sorted(found, key=lambda nk: nk[0])]
+
+    def give(self, into: paramiko.HostKeys, name: str) -> None:
+        for key in self.keys(name):
+            into._entries.append(paramiko.hostkeys.HostKeyEntry([name], key))
+
+
+_KNOWN_HOSTS_CACHE: dict[str, tuple[tuple, _KnownHostsFile]] = {}
+_KNOWN_HOSTS_CACHE_LOCK = threading.Lock()
+
+
+def _known_hosts(path: str) -> _KnownHostsFile:
+    st = os.stat(path)
+    stamp = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    with _KNOWN_HOSTS_CACHE_LOCK:
+        cached = _KNOWN_HOSTS_CACHE.get(path)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+    parsed = _KnownHostsFile(path)  # outside the lock: another host's connect need not wait
+    with _KNOWN_HOSTS_CACHE_LOCK:
+        _KNOWN_HOSTS_CACHE[path] = (stamp, parsed)
+    return parsed
+
+
+@functools.lru_cache(maxsize=1)
+def _fabric_config() -> "fabric.Config":
+    """fabric's Config, built once per process (building it per host cost ~0.2-3 ms of CPU: invoke's
+    layered config); each Connection clones it. No ssh config loaded by fabric: resolve() reads it."""
+    return fabric.Config(overrides={"load_ssh_configs": False})
+
+
 class _Policy(paramiko.MissingHostKeyPolicy):
     """Called only for a key known_hosts has no entry for (paramiko raises BadHostKeyException
     itself for a changed one). Strict: refuse. accept-new: trust it for this connection and
@@ -687,12 +758,10 @@ class Ssh(_Commands):
         ep = self.endpoint
         self.attempts += 1
         check_key_files(ep.key_files)
-        # fabric manages the client; its default missing-key policy adds unknown keys,
-        # so ours (strict, or accept-new when asked) replaces it before connecting.
-        conn = fabric.Connection(
-            ep.host_key_name, user=ep.user, port=ep.port,
-            config=fabric.Config(overrides={"load_ssh_configs": False}),
-        )
+        # fabric manages the client (its layered Config built once per process: _fabric_config);
+        # it loads no host keys of its own: only the files resolve() chose, and our policy
+        # (strict, or accept-new when asked) replaces fabric's, which adds unknown keys.
+        conn = fabric.Connection(ep.host_key_name, user=ep.user, port=ep.port, config=_fabric_config())
         client = conn.client
         for path in ep.known_hosts:
             if os.path.isfile(path):
@@ -700,10 +769,11 @@ class Ssh(_Commands):
                     if os.stat(path).st_size > MAX_KNOWN_HOSTS:
                         raise ConnectFailed(f"known_hosts {path}: larger than {MAX_KNOWN_HOSTS >> 20} MiB; "
                                             "not read")
-                    if path == ep.known_hosts_write:
-                        client.load_host_keys(path)
-                    else:
-                        client.load_system_host_keys(path)
+                    # (paramiko's own load parses every line for every connection, and checks each
+                    # line against all before it: quadratic in the file, for each of a fleet's hosts)
+                    _known_hosts(path).give(client.get_host_keys() if path == ep.known_hosts_write
+                                            else client._system_host_keys,
+                                            known_hosts_name(ep.host_key_name, ep.port))
                 except (OSError, paramiko.SSHException) as e:
                     raise ConnectFailed(f"known_hosts {path} cannot be read: {e}") from None
         policy = _Policy(self.label, ep)

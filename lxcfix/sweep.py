@@ -234,8 +234,11 @@ def _take(out: Answers, kind: str, name: str, body: bytes) -> None:
     # other kinds (a newer script's): ignored
 
 
+_DIGITS = re.compile(r"[0-9]{1,10}")
+
+
 def _bounded(v: str) -> int:
-    if not re.fullmatch(r"[0-9]{1,10}", v):
+    if not _DIGITS.fullmatch(v):
         raise ValueError(f"not a number: {v[:20]!r}")
     return int(v)
 

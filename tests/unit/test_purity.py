@@ -22,7 +22,7 @@ PURE = (
 )
 IO_MODULES = (
     "subprocess", "socket", "multiprocessing", "paramiko", "fabric", "invoke",
-    "lxcfix.transport", "lxcfix.ssh", "lxcfix.gather", "lxcfix.observe", "lxcfix.scan", "lxcfix.fleet",
+    "lxcfix.transport", "lxcfix.ssh", "lxcfix.gather", "lxcfix.observe", "lxcfix.scan", "lxcfix.fleet", "lxcfix.fleetpool",
     "lxcfix.apply", "lxcfix.transaction", "lxcfix.steps", "lxcfix.atomicfile", "lxcfix.backends", "lxcfix.repair",
     "lxcfix.cli", "lxcfix.hook", "lxcfix.hostfix", "lxcfix.api", "lxcfix.inventory_io", "lxcfix.entry",
     "lxcfix.agent", "lxcfix.ship", "lxcfix.fleetapply",
