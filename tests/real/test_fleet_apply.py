@@ -351,3 +351,29 @@ def test_host_fix_through_the_inventory_is_checked_on_the_host_and_changes_nothi
     assert r.returncode in (1, 4), r.stdout + r.stderr  # would install, or (no systemd here) would stop
     assert "steps host-fix would take:" in r.stdout and "nvidia-modprobe" in r.stdout
     assert unit.exists() == existed and not fleet.journal("hv1")
+
+
+# ----------------------------------------------------------------- a fleet scan reads the containers' own files
+
+
+def test_a_fleet_scan_reads_a_containers_own_files_in_its_sweep_and_no_link_out(fleet, container_factory):
+    """The static checks of the container's files (LXF230 here) over SSH, as on this machine: the
+    reader runs in the sweep's process on the host, each path resolved inside the container's
+    root (config.toml -> /etc/passwd is the container's passwd, never the host's)."""
+    c = container_factory()
+    etc = os.path.join(c.rootfs, "etc", "nvidia-container-runtime")
+    os.makedirs(etc)
+    os.symlink("/../../../../etc/passwd", os.path.join(etc, "config.toml"))
+    fleet.add("hv1", [c])
+    r = fleet.run("scan", "--host", "hv1", "--json")
+    assert r.returncode in (0, 1), r.stdout + r.stderr
+    (ct,) = json.loads(r.stdout)["containers"]
+    found = {f["code"]: f for f in ct["findings"]}
+    assert "LXF230" in found, ct["findings"]
+    evidence = " ".join(found["LXF230"]["evidence"])
+    assert "nobody:x:65534" in evidence and "daemon:x:1:1" not in evidence  # the container's, not the host's
+    local = subprocess.run([sys.executable, "-m", "lxcfix", "diagnose", "--ct", c.name, "--json"],
+                           env={**fleet.env(), "LXCFIX_STATE_DIR": str(fleet.tmp / "local-state")},
+                           capture_output=True, text=True, timeout=120)
+    assert sorted(f["code"] for f in json.loads(local.stdout)["containers"][0]["findings"]) == \
+        sorted(found), local.stdout

@@ -80,3 +80,30 @@ def test_a_short_argument_stays_in_place_and_equal_long_ones_are_sent_once():
     doc = json.loads(request.json("0" * 32))
     assert doc["strings"] == [long_a, long_b]
     assert doc["batch"] == [["x", 0, "1"], ["y", 0, 1], ["z", "short"]]
+
+
+def test_a_rootfs_ask_is_answered_in_the_scripts_process_as_the_reader_command_prints(tmp_path):
+    """sweep.Request.rootfs: the reader's report() run inside the sweep's python3 (no process per
+    container), its answer the one `python3 -c READER ...` prints, a link out not followed."""
+    import subprocess
+
+    from lxcfix import rootfs
+    from lxcfix.observe import first_exists, reader_argv
+    from lxcfix.transport import Local
+
+    root = tmp_path / "rootfs"
+    (root / "etc/nvidia-container-runtime").mkdir(parents=True)
+    (root / "etc/passwd").write_text("root:x:0:0::/root:/bin/sh\n")
+    (root / "etc/nvidia-container-runtime/config.toml").symlink_to("/../../../../etc/passwd")
+    secret = tmp_path / "host-secret"
+    secret.write_text("host only\n")
+    (root / "etc/docker").mkdir()
+    (root / "etc/docker/daemon.json").symlink_to(str(secret))  # absolute: the container's /tmp/..., absent
+    argv = reader_argv(str(root), list(rootfs.FILES), first_exists())
+    answers = gather.run_sweep(Local(), sweep.Request(rootfs=[argv]))
+    got = answers.runs[tuple(argv)]
+    direct = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert got.rc == 0 and got.stdout == direct.stdout
+    seen = rootfs.parse_reader(str(root), got.stdout, list(rootfs.FILES), first_exists())
+    assert seen.state == "read" and b"root:x:0:0" in (seen.text("/etc/nvidia-container-runtime/config.toml") or b"")
+    assert "host only" not in got.stdout
