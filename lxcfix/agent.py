@@ -115,9 +115,9 @@ def apply_one(target, ct: str, *, dry_run: bool = False, restart: bool = True, l
             raise BadInput("a snapshot has no container to restart: restart must be off")
         tx = repair.apply_transaction(target, c, rep.facts, restart=restart, live=live)
         rec["steps"] = tx.describe_steps() + [ON_FAILURE]
-        verdict = tx.check()
-        rec["verdict"] = verdict.to_json()
-        if dry_run:
+        if dry_run:  # check mode: the transaction's own check (the real run begins with it too)
+            verdict = tx.check()
+            rec["verdict"] = verdict.to_json()
             if verdict.ok:
                 return {**rec, "outcome": "would-apply", "exit": 1, "message": f"CT {ct}: apply would go ahead"}
             return {**rec, "outcome": outcome_of(verdict.error), "exit": verdict.exit_code,
