@@ -761,7 +761,9 @@ class Ssh(_Commands):
         # fabric manages the client (its layered Config built once per process: _fabric_config);
         # it loads no host keys of its own: only the files resolve() chose, and our policy
         # (strict, or accept-new when asked) replaces fabric's, which adds unknown keys.
-        conn = fabric.Connection(ep.host_key_name, user=ep.user, port=ep.port, config=_fabric_config())
+        # connect_kwargs of its own: without them fabric uses the shared Config's dict itself
+        conn = fabric.Connection(ep.host_key_name, user=ep.user, port=ep.port, config=_fabric_config(),
+                                 connect_kwargs={"look_for_keys": False})  # (set below, with the rest)
         client = conn.client
         for path in ep.known_hosts:
             if os.path.isfile(path):

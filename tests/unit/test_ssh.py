@@ -263,3 +263,34 @@ def test_files_ssh_needs_are_read_bounded(tmp_path):
             ssh.check_key_files([path])
     ssh.check_key_files([str(tmp_path / "missing")])  # left to paramiko, as before
     assert ssh.load_ssh_config("/dev/null") is not None
+
+
+def test_connections_never_share_their_connect_arguments_through_the_one_fabric_config(tmp_path):
+    """fabric's Config is built once per process (ssh._fabric_config); each connection's
+    connect_kwargs must be its own dict, or one host's key, socket and timeouts would become
+    the next host's (fabric uses the Config's own dict when a Connection is given none)."""
+    import socket
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    port = srv.getsockname()[1]
+
+    def garbage():  # accepts and answers no SSH: each connect gets its socket, then fails
+        for _ in range(2):
+            c, _ = srv.accept()
+            c.sendall(b"not ssh\r\n")
+            c.close()
+
+    threading.Thread(target=garbage, daemon=True).start()
+    kh = tmp_path / "known_hosts"
+    kh.write_text("")
+    options = ssh.SshOptions(ssh_config=None, allow_agent=False, look_for_keys=False, known_hosts=str(kh),
+                             connect_timeout=5, tries=1)
+    for _ in range(2):
+        t = ssh.Ssh("h", hostname="127.0.0.1", port=port, key_files=[str(tmp_path / "k")], options=options)
+        with pytest.raises(ssh.SshError):
+            t.connect()
+        t.close()
+    srv.close()
+    assert dict(ssh._fabric_config().connect_kwargs) == {}
