@@ -361,12 +361,17 @@ def resolve(path: str, facts: HostFacts) -> DeviceNode | None:
     there is not a node (a regular file, a directory: facts.not_nodes)."""
     if facts.nodes_known:
         return facts.nodes.get(path)
+    memo = facts.memo.setdefault("resolve", {})  # one host's answers, as lookup's (DeviceNode is frozen)
+    if path in memo:
+        return memo[path]
     if path in facts.not_nodes:
-        return None
-    known = lookup(path, facts)
-    if known is None or known.major is None:
-        return None
-    return DeviceNode(path, "c", known.major, known.minor, 0o20666)
+        node = None
+    else:
+        known = lookup(path, facts)
+        node = None if known is None or known.major is None else DeviceNode(path, "c", known.major, known.minor,
+                                                                             0o20666)
+    memo[path] = node
+    return node
 
 
 def nodes_under(directory: str, facts: HostFacts) -> list[DeviceNode]:
