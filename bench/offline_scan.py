@@ -336,7 +336,17 @@ def broken_heavy(a, base: str) -> int:
         print(f"   --against {a.against}: wall {_mmm(walls['against'])} s; CPU {_mmm(cpus['against'])} s; "
               f"its CPU / this checkout's, within each run: {_mmm(paired, '{:.2f}x')}")
 
-    ms = per_config_ms(root, kinds, a.reps)
+    # One pass of this checkout's, then (--against) one of the other's, rep after rep: drift on a
+    # busy machine hits both alike, and each rep gives a paired ratio.
+    other_env = dict(os.environ, PYTHONPATH=os.path.abspath(a.against)) if a.against else None
+    ms: dict[str, list[float]] = {"broken": [], "healthy": [], "floor": []}
+    other: dict[str, list[float]] = {"broken": [], "healthy": [], "floor": []}
+    for i in range(a.reps):
+        for side, env in ([(ms, None), (other, other_env)] if i % 2 == 0 else [(other, other_env), (ms, None)]):
+            if side is other and other_env is None:
+                continue
+            for k, v in per_config_ms(root, kinds, 1, env).items():
+                side[k] += v
     print(f"\n-- CPU per config: one worker's pass over the snapshot in a fresh process, each config once "
           f"(the mean over its {broken:,} broken and {a.n - broken:,} healthy configs; {a.reps} passes; {C.load()})")
     for k in ("broken", "healthy"):
@@ -346,11 +356,11 @@ def broken_heavy(a, base: str) -> int:
         print(f"   anchor: the read floor's open + read + split of the same configs, in the same processes: "
               f"{_mmm(ms['floor'])} ms")
     if a.against:
-        other = per_config_ms(root, kinds, a.reps, dict(os.environ, PYTHONPATH=os.path.abspath(a.against)))
         for k in ("broken", "healthy"):
-            if other[k]:
-                print(f"   {k:<8} {_mmm(other[k])} ms  --against {a.against} "
-                      f"(median {C.med(other[k]) / C.med(ms[k]):.2f}x this checkout's)")
+            if other[k] and len(other[k]) == len(ms[k]):
+                pairs = [o / m for o, m in zip(other[k], ms[k])]
+                print(f"   {k:<8} {_mmm(other[k])} ms  --against {a.against}; its CPU / this checkout's, "
+                      f"pass by pass (interleaved): {_mmm(pairs, '{:.2f}x')}")
 
     print(f"\n-- targets (issue 22), {a.n:,} configs on this {os.cpu_count()}-core machine; {C.load()}")
     # Each target with its figure (min/median/max) and the anchor measured in the same runs.
