@@ -160,6 +160,8 @@ def digest(raw: bytes) -> str:
 def split_lines(raw: bytes) -> list[bytes]:
     """Split keeping each line's ending; the last may have none."""
     out = raw.splitlines(keepends=True)
+    if b"\r" not in raw:  # bytes split on \n, \r and \r\n alone: without \r, that is LXC's split
+        return out
     # bytes.splitlines also splits on \r alone, \x0b, \x0c, \x1c..\x1e: rejoin
     # those, since LXC and Proxmox split on \n only.
     lines: list[bytes] = []

@@ -361,12 +361,17 @@ def resolve(path: str, facts: HostFacts) -> DeviceNode | None:
     there is not a node (a regular file, a directory: facts.not_nodes)."""
     if facts.nodes_known:
         return facts.nodes.get(path)
+    memo = facts.memo.setdefault("resolve", {})  # one host's answers, as lookup's (DeviceNode is frozen)
+    if path in memo:
+        return memo[path]
     if path in facts.not_nodes:
-        return None
-    known = lookup(path, facts)
-    if known is None or known.major is None:
-        return None
-    return DeviceNode(path, "c", known.major, known.minor, 0o20666)
+        node = None
+    else:
+        known = lookup(path, facts)
+        node = None if known is None or known.major is None else DeviceNode(path, "c", known.major, known.minor,
+                                                                             0o20666)
+    memo[path] = node
+    return node
 
 
 def nodes_under(directory: str, facts: HostFacts) -> list[DeviceNode]:
@@ -540,10 +545,19 @@ class _Entry:
 
 
 def parse_lxc_value(allow: bool, value: str) -> _Entry | None:
-    """LXC 5.0's device_cgroup_rule_parse (non-path form); None: LXC rejects it."""
+    """LXC 5.0's device_cgroup_rule_parse (non-path form); None: LXC rejects it. A new
+    entry each time (a list flips its entries in place); the parse itself is memoized,
+    since a host's configs repeat a few rule lines."""
+    got = _lxc_fields(value) if len(value) <= 256 else _lxc_fields.__wrapped__(value)
+    return None if got is None else _Entry(*got, allow)
+
+
+@functools.lru_cache(maxsize=2048)
+def _lxc_fields(value: str) -> tuple[str, int, int, str] | None:
+    """(kind, major, minor, access) of a rule value as LXC parses it; None: LXC rejects it."""
     v = value
     if v == "a":
-        return _Entry("a", -1, -1, "", allow)
+        return "a", -1, -1, ""
     if not v or v[0] not in "abc":
         return None
     kind, v = v[0], v[1:]
@@ -582,7 +596,7 @@ def parse_lxc_value(allow: bool, value: str) -> _Entry | None:
             break
         else:
             return None
-    return _Entry(kind, major, minor, access, allow)
+    return kind, major, minor, access
 
 
 class LxcDeviceList:

@@ -188,26 +188,42 @@ def _include_items(name: str, raw: bytes) -> tuple[tuple[str, str, str], ...]:
 def _pve_generated(cfg: CtConfig, facts: HostFacts, load: Loader, devn: tuple[DevN, ...]) -> tuple[list, bool]:
     """The lines `pct start` writes before the raw lxc.* ones (pve-container's
     update_lxc_config), and whether the container is unprivileged."""
-    cfgdir = lxcdefaults.LXC_CONFIG_DIR
     unprivileged = cfg.get("unprivileged") == "1" or cfg.get("lxc.idmap") is not None
     ostype = cfg.get("ostype") or ""
+    fuse = "fuse=1" in (cfg.get("features") or "").split(",")
+    console = cfg.get("console") == "0"
+    # What it writes depends on these alone: most of a host's containers share them, and a
+    # plan's next round nearly always does (one host's answers: facts.memo, with the loader).
+    key = (load, unprivileged, ostype, fuse, console,
+           tuple((d.key, d.path, d.options.get("deny-write") == "1") for d in devn))
+    memo = facts.memo.setdefault("pve_generated", {})
+    hit = memo.get(key)
+    if hit is None:
+        if len(memo) > 256:
+            memo.clear()
+        hit = memo[key] = tuple(_pve_lines(facts, load, devn, unprivileged, ostype, fuse, console))
+    return list(hit), unprivileged
+
+
+def _pve_lines(facts: HostFacts, load: Loader, devn: tuple[DevN, ...], unprivileged: bool, ostype: str,
+               fuse: bool, console: bool) -> list[tuple[str, str, str]]:
+    cfgdir = lxcdefaults.LXC_CONFIG_DIR
     items: list[tuple[str, str, str]] = []
     common = f"{cfgdir}/{ostype}.common.conf"
     items.append(("lxc.include", common if ostype and load(common) else f"{cfgdir}/common.conf", "pct"))
     if unprivileged:
         userns = f"{cfgdir}/{ostype}.userns.conf"
         items.append(("lxc.include", userns if ostype and load(userns) else f"{cfgdir}/userns.conf", "pct"))
-    features = cfg.get("features") or ""
-    if "fuse=1" in features.split(","):
+    if fuse:
         items.append((MOUNT_KEY, "/dev/fuse dev/fuse none bind,create=file 0 0", "pct:features"))
     for dev in devn:
         node = devices.resolve(dev.path, facts)
         if node is not None:
             access = "r" if dev.options.get("deny-write") == "1" else "rw"
             items.append(("lxc.cgroup2.devices.allow", f"{node.kind} {node.major}:{node.minor} {access}", f"pct:{dev.key}"))
-    if cfg.get("console") == "0":
+    if console:
         items.append(("lxc.cgroup2.devices.deny", "c 5:1 rwm", "pct:console"))
-    return items, unprivileged
+    return items
 
 
 _RULE_KEYS = frozenset(V2_KEYS) | frozenset(V1_KEYS)
@@ -322,6 +338,7 @@ def writable_dirs(cfg: CtConfig, items: list[tuple[str, str, str]], mounts: tupl
 _KERNEL_FS = ("/proc", "/sys", "/dev")
 
 
+@functools.lru_cache(maxsize=4096)  # a host's configs name the same few paths
 def _norm(path: str) -> str:
     return "/" + posixpath.normpath(path).lstrip("/")
 
@@ -331,16 +348,25 @@ def writable_mount(m: Mount, facts: HostFacts | None = None) -> bool:
     `bind`, `bind,rw`, `rbind`, `create=dir`, idmapped or not) without `ro`, of a directory.
     What is not a directory: a `create=file` mount, a node the host walk found at the source,
     a mount into the container's dev/ that does not say create=dir (a device mount)."""
-    if not m.is_bind or not m.source.startswith("/") or "ro" in m.options:
+    known = _writable_by_entry(m.source, m.target, m.options)
+    if known is not None:
+        return known
+    return not (facts is not None and facts.nodes_known and facts.nodes.get(m.source) is not None)
+
+
+@functools.lru_cache(maxsize=4096)  # a host's configs repeat the same few mount entries
+def _writable_by_entry(source: str, target: str, options: tuple[str, ...]) -> bool | None:
+    """writable_mount from the entry alone; None: it depends on what the host has at the source."""
+    if not ("bind" in options or "rbind" in options) or not source.startswith("/") or "ro" in options:
         return False
-    src = _norm(m.source)
+    src = _norm(source)
     if any(src == k or src.startswith(k + "/") for k in _KERNEL_FS) or src == "/":
         return False
-    if "create=dir" in m.options or "rbind" in m.options:
+    if "create=dir" in options or "rbind" in options:
         return True
-    if "create=file" in m.options or m.target.lstrip("/").startswith("dev/"):
+    if "create=file" in options or target.lstrip("/").startswith("dev/"):
         return False
-    return not (facts is not None and facts.nodes_known and facts.nodes.get(m.source) is not None)
+    return None
 
 
 def _writable(cfg: CtConfig, items: list[tuple[str, str, str]], mounts: tuple[Mount, ...],

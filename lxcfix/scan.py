@@ -355,11 +355,11 @@ def workers_for(n: int) -> int:
     return max(1, min(len(os.sched_getaffinity(0)), 8, n // (PARALLEL_MIN // 2)))
 
 
-def _analyze_chunk(args) -> list[CtReport]:
+def _analyze_chunk(args, loader=None) -> list[CtReport]:
     from .report import grouped
 
     facts, chunk, transport, backend, style = args
-    loader = gather.include_loader(transport)
+    loader = loader or gather.include_loader(transport)
     out = []
     for ct, path in chunk:
         loaded = gather.load_container(transport, backend, ct, path)
@@ -374,15 +374,38 @@ def _analyze_chunk(args) -> list[CtReport]:
     return out
 
 
+# Configs per task of a worker process: small enough that results stream back while the
+# workers go on (the parent unpickles one part while the next is analysed, instead of all
+# of them at the end), large enough that a task's overhead does not count.
+CHUNK = 250
+
+# What every task of one worker process shares (set once per process, by _start_worker): the
+# host's facts (whose memo then stays warm from one task to the next), the transport, the
+# backend, the style and one include loader.
+_WORKER: dict = {}
+
+
+def _start_worker(facts, transport, backend, style) -> None:
+    _WORKER.clear()
+    _WORKER.update(facts=facts, transport=transport, backend=backend, style=style,
+                   loader=gather.include_loader(transport))
+
+
+def _analyze_part(chunk) -> list[CtReport]:
+    w = _WORKER
+    return _analyze_chunk((w["facts"], chunk, w["transport"], w["backend"], w["style"]), w["loader"])
+
+
 def _analyze_in_processes(facts, targets, transport, backend, style, workers) -> list[CtReport]:
     """Reading and analysing configs offline is CPU work: spread it over the
-    cores (fork, so workers start with everything imported). Order is kept."""
+    cores (fork, so workers start with everything imported, and the facts, transport
+    and backend are theirs without pickling). Order is kept."""
     import concurrent.futures
     import multiprocessing
 
-    size = -(-len(targets) // workers)
+    size = max(1, min(-(-len(targets) // workers), CHUNK))
     chunks = [targets[i:i + size] for i in range(0, len(targets), size)]
     ctx = multiprocessing.get_context("fork")
-    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx) as pool:
-        parts = pool.map(_analyze_chunk, [(facts, chunk, transport, backend, style) for chunk in chunks])
-        return [r for part in parts for r in part]
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx, initializer=_start_worker,
+                                                initargs=(facts, transport, backend, style)) as pool:
+        return [r for part in pool.map(_analyze_part, chunks) for r in part]

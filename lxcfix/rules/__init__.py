@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from ..codes import make
 from ..ctconfig import CtConfig, cached
 from ..effective import Effective
+from .. import effective as _effective  # the module: its function looked up at each call
 from ..model import Finding, HostFacts, ProbeResult
 from ..styles import choose_style
 
@@ -51,24 +52,18 @@ class Context:
     @cached
     def needs(self):
         """allowlist.analyze(self), computed once: the checks and their fixes all read it."""
-        from .allowlist import analyze
-
-        return analyze(self)
+        return allowlist.analyze(self)  # the module, imported below (a call-time import costs each time)
 
     @cached
     def repairs(self):
         """allowlist.repairs(self): the fixes of what is broken, computed once, so a
         probe finding and a config finding about one device carry the same fix."""
-        from .allowlist import repairs
-
-        return repairs(self)
+        return allowlist.repairs(self)
 
     @cached
     def access(self):
         """access.analyze(self), computed once: who inside may open the group-access nodes, and the fixes."""
-        from .access import analyze
-
-        return analyze(self)
+        return access.analyze(self)
 
     def with_asks(self, asks) -> "Context":
         asks = frozenset(asks or ())
@@ -77,11 +72,9 @@ class Context:
     def with_config(self, config: CtConfig) -> "Context":
         """The same container with another config (the planner's next round):
         what was seen inside the running container does not carry over."""
-        from ..effective import effective
-
         load = self.load or (lambda path: None)
-        return replace(self, config=config, effective=effective(config, self.facts, load), probe=None, live=None,
-                       inner=())
+        return replace(self, config=config, effective=_effective.effective(config, self.facts, load), probe=None,
+                       live=None, inner=())
 
     def with_style(self, requested: str) -> "Context":
         return self if requested == self.requested else replace(self, requested=requested)

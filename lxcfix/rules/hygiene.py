@@ -14,6 +14,7 @@ starts, is the admin's call.
 
 from __future__ import annotations
 
+import functools
 import re
 
 from .. import devices, fixes
@@ -255,6 +256,23 @@ def usb_bus_fix(ctx, g, bus: str) -> Fix:
 NAME_MAX, PATH_MAX = 255, 4096
 
 
+@functools.lru_cache(maxsize=2048)  # a host's configs repeat their mount and devN lines
+def _line_why(key: str, value: str, pve: bool) -> str | None:
+    """Why LXC or Proxmox cannot use this mount entry or devN line (unreadable_entries), or None."""
+    if key == "lxc.mount.entry":
+        fields = value.split()
+        if len(fields) < 4:
+            return "LXC wants `source target fstype options [dump pass]`"
+        bad = _bad_path(fields[0]) or _bad_path(fields[1])
+        return f"the kernel cannot mount it: {bad}" if bad else None
+    if pve and key.startswith("dev") and key[3:].isascii() and key[3:].isdigit():
+        if not is_devn_key(key):
+            return "Proxmox knows dev0 to dev255"
+        if not any(p.strip() and (p.strip().startswith(("/", "path=/"))) for p in value.split(",")):
+            return "a devN entry names a device path: `devN: /dev/x[,gid=..][,mode=..]`"
+    return None
+
+
 def _bad_path(path: str) -> str | None:
     """Why the kernel refuses this path, if it does (a name over 255 bytes, a path over 4096)."""
     if len(path) * 4 <= NAME_MAX:  # UTF-8 takes at most 4 bytes a character: nothing to refuse
@@ -298,24 +316,16 @@ def unreadable_entries(ctx) -> list:
         return []  # no mount entry, devN or include line: nothing here can be unreadable
     out = []
     path = ctx.config.path
+    pve = ctx.config.flavor == "pve"
     for i, ln in ctx.config.main():
-        if ln.key is None:
+        key = ln.key
+        if key is None:
             continue
         why = None
-        if ln.key == "lxc.mount.entry":
-            fields = (ln.value or "").split()
-            if len(fields) < 4:
-                why = "LXC wants `source target fstype options [dump pass]`"
-            else:
-                bad = _bad_path(fields[0]) or _bad_path(fields[1])
-                why = f"the kernel cannot mount it: {bad}" if bad else None
-        elif ctx.config.flavor == "pve" and ln.key.startswith("dev") and ln.key[3:].isascii() and ln.key[3:].isdigit():
-            if not is_devn_key(ln.key):
-                why = "Proxmox knows dev0 to dev255"
-            elif not any(p.strip() and (p.strip().startswith(("/", "path=/")))
-                         for p in (ln.value or "").split(",")):
-                why = "a devN entry names a device path: `devN: /dev/x[,gid=..][,mode=..]`"
-        elif ln.key == "lxc.include" and i == _looping_include(ctx):
+        if key == "lxc.mount.entry" or (pve and key.startswith("dev")):
+            value = ln.value or ""
+            why = (_line_why if len(value) <= 256 else _line_why.__wrapped__)(key, value, pve)
+        elif key == "lxc.include" and i == _looping_include(ctx):
             why = "includes nest more than 8 deep (a file that includes itself, or a loop of includes)"
         if why:
             text = ln.text.strip()
