@@ -13,8 +13,8 @@ lxcfix install needed) and reads back one document.
 
 ops: "plan" (diff and steps, nothing checked or changed), "apply" (dry_run: the check
 run), "apply-all" (every container with a fix, in order; after one rolls back the rest
-are not tried), "rollback", "host-fix" (the unit that creates the NVIDIA nodes at boot). An outcome is one of OUTCOMES; `exit` is what the same
-local command exits with. Nothing is printed while it runs: a client that went away
+are not tried), "rollback", "host-fix" (the unit that creates the NVIDIA nodes at boot).
+An outcome is one of OUTCOMES; `exit` is what the same local command exits with. Nothing is printed while it runs: a client that went away
 must not fail a transaction half-way (SIGHUP is ignored, the reply is written at the
 end, and a reply nobody reads is dropped).
 """

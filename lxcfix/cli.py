@@ -214,9 +214,9 @@ def _reach(root: str | None) -> "causes.Reach":
 
 
 def _ssh_reach(entry, req: "FleetRequest") -> "causes.Reach":
-    """How a fleet host's commands reach it: apply, plan, diagnose, rollback, scan and audit through the
-    same inventory, with the known_hosts and ssh config the scan was given; lxcfix's other commands
-    (host-fix, hook) over ssh, as the scan reached it (its address, port, user, key)."""
+    """How a fleet host's commands reach it: apply, plan, diagnose, rollback, host-fix, scan and audit
+    through the same inventory, with the known_hosts and ssh config the scan was given; the hook's
+    snippet (lxcfix runs on the host) over ssh, as the scan reached it (its address, port, user, key)."""
     if entry.connection == "local":
         return causes.LOCAL
     argv = ["ssh"]
