@@ -1132,6 +1132,13 @@ def _main(
         os.environ["LXCFIX_DEBUG"] = "1"
 
 
+def _short_values(message: str, keep: int = 40) -> str:
+    """click quotes the value it refuses whole (a 5,000-digit --concurrency): one line, bounded."""
+    message = re.sub(r"'([^']{%d,})'" % (2 * keep), lambda m: f"'{m.group(1)[:keep]}...' "
+                     f"({len(m.group(1))} characters)", message)
+    return message if len(message) <= 600 else message[:600] + "..."
+
+
 def _framework_exit(e: Exception) -> int | None:
     """typer/click signal exits, aborts and usage errors with exceptions; which
     click they come from (click itself, or the copy newer typer ships) varies,
@@ -1150,7 +1157,7 @@ def _framework_exit(e: Exception) -> int | None:
     if hasattr(e, "format_message") and hasattr(e, "exit_code"):
         ctx = getattr(e, "ctx", None)
         hint = f" (see: {ctx.command_path} --help)" if ctx is not None else ""
-        say(f"lxcfix: error: {e.format_message()}{hint}", console=err)
+        say(f"lxcfix: error: {_short_values(e.format_message())}{hint}", console=err)
         return ExitCode.USAGE
     return None
 
