@@ -38,18 +38,9 @@ options:
     description:
       - Read a host snapshot (a directory laid out like a host's root) instead of the live host.
     type: path
-  host:
-    description:
-      - The name the results give the managed host (C(host) of each container and finding).
-      - Defaults to the play's C(inventory_hostname) (the collection's action plugin passes it), so results name
-        the inventory's host, never C(localhost).
-    type: str
-  host_nodes:
-    description:
-      - Also return the host's device nodes (RV(hosts[].facts.device_nodes), about 100 on a hypervisor). Left out
-        by default; the findings name the nodes they are about.
-    type: bool
-    default: false
+extends_documentation_fragment:
+  - lxcfix.lxcfix.host
+  - lxcfix.lxcfix.host.nodes
 notes:
   - Set C(ansible_python_interpreter) for these tasks to the Python that has lxcfix, for example
     C(/opt/pipx/venvs/lxcfix/bin/python) after the README's pipx install.

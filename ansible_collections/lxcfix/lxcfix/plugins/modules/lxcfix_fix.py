@@ -67,12 +67,8 @@ options:
         symlink that leads out of it (its C(etc/pve/lxc) linked to a directory elsewhere) fails the task, nothing
         changed.
     type: path
-  host:
-    description:
-      - The name the results give the managed host (C(host) of each container and finding).
-      - Defaults to the play's C(inventory_hostname) (the collection's action plugin passes it), so results name
-        the inventory's host, never C(localhost).
-    type: str
+extends_documentation_fragment:
+  - lxcfix.lxcfix.host
 notes:
   - Set C(ansible_python_interpreter) for these tasks to the Python that has lxcfix, for example
     C(/opt/pipx/venvs/lxcfix/bin/python) after the README's pipx install. The module fails with that hint when lxcfix

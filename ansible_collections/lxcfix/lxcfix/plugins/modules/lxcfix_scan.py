@@ -42,18 +42,9 @@ options:
       - Scan a host snapshot, a directory laid out like a host's root (C(etc/pve/lxc/*.conf), C(proc/devices), ...),
         instead of the live host. No probe is made in a snapshot.
     type: path
-  host:
-    description:
-      - The name the results give the managed host (C(host) of each container and finding).
-      - Defaults to the play's C(inventory_hostname) (the collection's action plugin passes it), so results name
-        the inventory's host, never C(localhost).
-    type: str
-  host_nodes:
-    description:
-      - Also return the host's device nodes (RV(hosts[].facts.device_nodes), about 100 on a hypervisor). Left out
-        by default; the findings name the nodes they are about.
-    type: bool
-    default: false
+extends_documentation_fragment:
+  - lxcfix.lxcfix.host
+  - lxcfix.lxcfix.host.nodes
 notes:
   - Set C(ansible_python_interpreter) for these tasks to the Python that has lxcfix, for example
     C(/opt/pipx/venvs/lxcfix/bin/python) after the README's pipx install. The module fails with that hint when lxcfix
