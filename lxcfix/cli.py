@@ -513,8 +513,8 @@ def plan(
     if inventory is not None:
         entry = _one_fleet_host(inventory, host, root, "plan --ct")
         req = {"op": "plan", "ct": ct, "style": style, "asks": sorted(_asks(write_subgid, mode_0666))}
-        runs = _changes([entry], req, known_hosts, ssh_config, show=lambda r: _print_run(r, diff=True))
-        return Rolled(runs, check=True)
+        return Rolled(_changes([entry], req, _agent_for(known_hosts, ssh_config),
+                               show=lambda r: _print_run(r, diff=True)))
     target = repair.open_target(root, host)
     _, c = repair.one(target, ct, style, asks=_asks(write_subgid, mode_0666), editable=True)
     say(f"style: {c.plan.style} ({c.plan.style_reason})", "dim", err)
@@ -604,7 +604,8 @@ def rollback(
     if inventory is not None:
         entry = _one_fleet_host(inventory, host, root, "rollback --ct")
         req = {"op": "rollback", "ct": ct, "to": to, "restart": not no_restart}
-        return Rolled(_changes([entry], req, known_hosts, ssh_config, show=lambda r: _print_run(r, diff=False)))
+        return Rolled(_changes([entry], req, _agent_for(known_hosts, ssh_config),
+                               show=lambda r: _print_run(r, diff=False)))
     result = repair.rollback(repair.open_target(root, host), ct, to, restart=not no_restart)
     say(result.message)
     return Applied(result)
@@ -649,20 +650,17 @@ def _agent_for(known_hosts: Optional[str], ssh_config: Optional[str]):
     return fleetapply.agent_over(fleet.SshConnector(options))
 
 
-def _changes(entries: list, request, known_hosts, ssh_config, show, serial: int = 1, max_fail: int = 0,
-             agent_fn=None, name: Optional[str] = None) -> list:
-    """Each host's part run by the agent, rolling (fleetapply.roll); request: a dict, or entry -> dict.
-    name: what the one host is called (this host, a snapshot) when there is no inventory entry."""
+def _changes(entries: list, request, agent_fn, show, serial: int = 1, max_fail: int = 0,
+             name: Optional[str] = None) -> list:
+    """Each host's part run by the agent (agent_fn: _agent_for, or agent.serve here), rolling
+    (fleetapply.roll); request: a dict, or entry -> dict. name: what the one host is called (this
+    host, a snapshot) when there is no inventory entry."""
     from . import fleetapply
 
-    run_agent = agent_fn or _agent_for(known_hosts, ssh_config)
     request_of = request if callable(request) else (lambda e: request)
-
-    def one(e):
-        r = fleetapply.host_run(e, run_agent, fleetapply.request_for(e, request_of(e)), name=name)
-        return r
-
-    return fleetapply.roll(entries, one, serial=serial, max_fail=max_fail, on_done=show)
+    return fleetapply.roll(
+        entries, lambda e: fleetapply.host_run(e, agent_fn, fleetapply.request_for(e, request_of(e)), name=name),
+        serial=serial, max_fail=max_fail, on_done=show)
 
 
 def _print_run(r, diff: bool, steps: bool = False, label: bool = True, command: str = "apply") -> None:
@@ -739,7 +737,7 @@ def _run_confirmed(entries: list, base: dict, agent_fn, name: Optional[str], *, 
             _print_run(r, diff=diff, steps=steps, label=many, command=command)
 
     def run(entries, request, show, serial=serial, max_fail=max_fail):
-        return _changes(entries, request, None, None, show, serial, max_fail, agent_fn, name)
+        return _changes(entries, request, agent_fn, show, serial, max_fail, name)
 
     if dry_run or yes:
         runs = run(entries, base, show)
@@ -765,7 +763,7 @@ def _run_confirmed(entries: list, base: dict, agent_fn, name: Optional[str], *, 
                "exit_code": fleetapply.worst_exit(runs)})
     elif many or len(runs[0].results) > 1:
         _print_summary(runs)
-    return Rolled(runs, check=dry_run)
+    return Rolled(runs)
 
 
 @app.command(short_help="What breaks on the next reboot or driver upgrade, and the change that prevents it.",

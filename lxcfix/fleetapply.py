@@ -77,28 +77,26 @@ def host_run(entry, agent: Agent, request: dict, name: str | None = None) -> Hos
     except AgentError as e:
         status = "lost" if isinstance(e, NoReply) else "no-python"
         return HostRun(host, status, int(e.exit_code), [], str(e), time.monotonic() - start)
-    except LxcfixError as e:  # not reached (connect, host key, login), or the link went mid-run
-        status = "lost" if getattr(e, "after_request", False) else "unreachable"
-        return HostRun(host, status, int(e.exit_code), [], str(e), time.monotonic() - start)
+    except LxcfixError as e:  # not reached: connect, host key, login
+        return HostRun(host, "unreachable", int(e.exit_code), [], str(e), time.monotonic() - start)
     return from_doc(host, doc, time.monotonic() - start)
 
 
 def agent_over(connect) -> Agent:
     """The agent run over one connection per host: connect(entry) -> transport (fleet.SshConnector)."""
     from .errors import Unreachable
-    from .ship import run_agent
+    from .ship import AgentError, NoReply, run_agent
 
     def run(entry, request: dict) -> dict:
         t = connect(entry)
         try:
             try:
                 return run_agent(t, request)
-            except Unreachable as e:  # the request went: what happened there, its journal says
-                if not hasattr(e, "ran"):
-                    e.after_request = True
-                    e.args = (f"{e}; the change may have run there: `lxcfix rollback --ct ID` through the "
-                              "same inventory restores a container's newest backup",)
+            except AgentError:
                 raise
+            except Unreachable as e:  # the link went after the request: what happened there, its journal says
+                raise NoReply(f"{e}; the change may have run there: `lxcfix rollback --ct ID` through the same "
+                              "inventory restores a container's newest backup") from None
         finally:
             close = getattr(t, "close", None)
             if close is not None:

@@ -76,10 +76,9 @@ class Audited:
 @dataclass(frozen=True)
 class Rolled:
     """A change run on many hosts, or many containers (fleetapply.HostRun each): the worst
-    host's exit code. check: a check run (nothing changed)."""
+    host's exit code."""
 
     runs: Sequence[Any]
-    check: bool = False
 
     @property
     def exit_code(self) -> int:

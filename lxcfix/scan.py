@@ -130,14 +130,11 @@ def with_rootfs(ctx: Context, enter: Enter, ct: str, status: str | None) -> Cont
     break the scan's round trips)."""
     if status is None:
         return ctx
-    from .observe import read_rootfs, rootfs_ask
+    from .observe import read_rootfs
     from .transport import answered
 
     if not on_this_machine(enter.transport):
-        try:
-            ask = rootfs_ask(enter.transport, enter.backend, ct, ctx.config, status == "running")
-        except Exception:
-            return ctx
+        ask = _rootfs_ask(enter.transport, enter.backend, ct, ctx, status == "running")
         if ask is None or not answered(enter.transport, ask):
             return ctx
     try:

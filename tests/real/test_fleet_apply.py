@@ -377,3 +377,41 @@ def test_a_fleet_scan_reads_a_containers_own_files_in_its_sweep_and_no_link_out(
                            capture_output=True, text=True, timeout=120)
     assert sorted(f["code"] for f in json.loads(local.stdout)["containers"][0]["findings"]) == \
         sorted(found), local.stdout
+
+
+def test_a_host_lost_mid_change_stops_the_run_and_rollback_restores_it(fleet, container_factory, tun):
+    """hv1 dies (its sshd, the session and the agent, SIGKILLed) between the write and the restart:
+    the client reports it lost mid-run (its state is only in its journal), starts no other host,
+    and once hv1 is back `rollback` through the inventory restores its config."""
+    c1, c2 = broken(container_factory), broken(container_factory)
+    site = fleet.tmp / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(PAUSE_SITE)
+    marker = fleet.tmp / "paused"
+    fleet.add("hv1", [c1], PYTHONPATH=str(site), LXF_TEST_PAUSE=f"written:{marker}")
+    fleet.add("hv2", [c2])
+    before1, before2 = Path(c1.config_path).read_bytes(), Path(c2.config_path).read_bytes()
+
+    client = subprocess.Popen([sys.executable, "-m", "lxcfix", "apply", "--all", "--yes", "--inventory",
+                               str(fleet.inventory)], env=fleet.env(), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    deadline = time.monotonic() + 120
+    while not marker.exists():
+        assert client.poll() is None and time.monotonic() < deadline, client.communicate()
+        time.sleep(0.02)
+    dead = fleet.hosts["hv1"]
+    dead.kill()
+    out, err = client.communicate(timeout=180)
+
+    assert client.returncode == 3, out + err
+    summary = out.rsplit("2 host(s):", 1)[-1]
+    assert "hv1  lost mid-run" in summary and "hv2  not tried" in summary, out
+    assert fleet.hosts["hv2"].accepted() == 0 and Path(c2.config_path).read_bytes() == before2
+    written = Path(c1.config_path).read_bytes()
+    assert written != before1 and "lxc.cgroup2.devices.allow = /dev/net/tun rwm" in written.decode()
+
+    dead.stop()
+    fleet.add("hv1", [c1])  # the host back (a new sshd; the same state dir, so the same journal)
+    r = fleet.run("rollback", "--ct", c1.name, "--host", "hv1")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert Path(c1.config_path).read_bytes() == before1 and c1.running()
