@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+import functools
+
 from . import bpf
 from . import probe as probe_mod
 from .bpf import READER, READER_LIB, ReaderOutput, _bpftool_insns, effective_of, parse_reader
@@ -23,6 +25,16 @@ from .model import ProbeResult
 from .rules.live import Live
 from .transport import Transport, container_output_max, container_timeout
 
+
+
+
+@functools.lru_cache(maxsize=4)
+def in_process(source: str, name: str) -> dict:
+    """A reader script (the BPF reader, the rootfs reader) compiled once per process and run
+    here on this machine, as the host-side command would run it: its namespace."""
+    namespace: dict = {"__name__": name}
+    exec(compile(source, f"<{name}>", "exec"), namespace)
+    return namespace
 
 def probe_paths(eff: Effective) -> list[str]:
     return sorted({"/" + g.target.lstrip("/") for g in eff.given})
@@ -110,9 +122,7 @@ def observe(t: Transport, backend, ct: str, eff: Effective, enter: Transport | N
 def read_here(cgroup_path: str) -> ReaderOutput:
     """The reader run in this process: on the local host it saves starting a
     second interpreter (part of every verify after an apply)."""
-    namespace: dict = {"__name__": "lxcfix_bpf_reader"}
-    exec(compile(READER_LIB, "<lxcfix bpf reader>", "exec"), namespace)
-    lines, _ = namespace["report"](cgroup_path)
+    lines, _ = in_process(READER_LIB, "lxcfix_bpf_reader")["report"](cgroup_path)
     return parse_reader("\n".join(lines))
 
 
@@ -274,9 +284,8 @@ def read_rootfs(t: Transport, backend, ct: str, config, running: bool):
     for attempt in range(2):  # a second round for the runtimes daemon.json names
         try:
             if t.local:
-                namespace: dict = {"__name__": "lxcfix_rootfs_reader"}
-                exec(compile(rootfs.READER, "<lxcfix rootfs reader>", "exec"), namespace)
-                text = "\n".join(namespace["report"](here, rootfs.FILE_MAX, files, exists, caps))
+                report = in_process(rootfs.READER, "lxcfix_rootfs_reader")["report"]
+                text = "\n".join(report(here, rootfs.FILE_MAX, files, exists, caps))
             else:
                 r = t.run(reader_argv(root, files, exists), timeout=30, max_output=8 * rootfs.FILE_MAX * 2)
                 if not r.ok:
