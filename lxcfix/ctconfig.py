@@ -318,23 +318,78 @@ def _new_line(cfg: CtConfig, key: str, value: str, like: Line | None = None) -> 
     return parse_line(format_line(cfg.flavor, key, value, cfg.newline, like), MAIN, cfg.flavor)
 
 
-def _main_end(cfg: CtConfig) -> int:
-    """Index just after the last non-blank main-section line."""
-    end = 0
-    for i, line in cfg.main():
+# The edits below work on a list of lines and its main section's length: apply_groups makes
+# every edit of a plan on one list (a config per edit would re-read the whole file each time);
+# each public function is one of them on a config.
+
+def _newline_of(lines: list[Line]) -> bytes:
+    for line in lines:
+        if line.eol:
+            return line.eol
+    return b"\n"
+
+
+def _main_len(cfg: CtConfig) -> int:
+    return len(cfg._main)
+
+
+def _insert_in(lines: list[Line], main: int, flavor: Flavor, index: int, entries: Iterable[tuple[str, str]],
+               like: Line | None = None) -> int:
+    """Insert after lines[index] (-1: at the top); the main section's new length."""
+    at = index + 1
+    eol = _newline_of(lines)
+    if at > 0 and not lines[at - 1].eol:
+        # The file had no final newline: the line we append after needs one.
+        lines[at - 1] = lines[at - 1]._replace(raw=lines[at - 1].raw + eol)
+    new = [parse_line(format_line(flavor, k, v, eol, like), MAIN, flavor) for k, v in entries]
+    lines[at:at] = new
+    return main + len(new)
+
+
+def _anchor_in(lines: list[Line], main: int, key: str, near: Iterable[str]) -> int:
+    if is_devn_key(key):
+        last_devn = last_pve = -1
+        for i in range(main):
+            k = lines[i].key
+            if is_devn_key(k):
+                last_devn = i
+            elif k and not k.startswith("lxc."):
+                last_pve = i
+        return last_devn if last_devn >= 0 else last_pve
+    keys = {key, *near}
+    found = end = -1
+    for i in range(main):
+        line = lines[i]
+        if line.key in keys:
+            found = i
         if line.raw.strip():
-            end = i + 1
-    return end
+            end = i
+    return found if found >= 0 else end
+
+
+def _remove_in(lines: list[Line], main: int, index: int) -> int:
+    line = lines[index]
+    if line.section is not MAIN:
+        raise ValueError("only main-section lines are edited")
+    del lines[index]
+    if index == len(lines) and index > 0 and not line.eol and lines[index - 1].eol:
+        # Removing a last line that had no newline: keep "no final newline".
+        prev = lines[index - 1]
+        lines[index - 1] = prev._replace(raw=prev.raw[: -len(prev.eol)])
+    return main - 1
+
+
+def _set_in(lines: list[Line], flavor: Flavor, index: int, key: str, value: str) -> None:
+    line = lines[index]
+    if line.section is not MAIN:
+        raise ValueError("only main-section lines are edited")
+    lines[index] = parse_line(format_line(flavor, key, value, line.eol, like=line), MAIN, flavor)
 
 
 def insert_after(cfg: CtConfig, index: int, entries: Iterable[tuple[str, str]], like: Line | None = None) -> CtConfig:
     """Insert key/value lines after lines[index] (index -1: at the top)."""
     lines = list(cfg.lines)
-    at = index + 1
-    if at > 0 and not lines[at - 1].eol:
-        # The file had no final newline: the line we append after needs one.
-        lines[at - 1] = lines[at - 1]._replace(raw=lines[at - 1].raw + cfg.newline)
-    lines[at:at] = [_new_line(cfg, k, v, like) for k, v in entries]
+    _insert_in(lines, _main_len(cfg), cfg.flavor, index, entries, like)
     return replace(cfg, lines=tuple(lines))
 
 
@@ -343,20 +398,7 @@ def anchor(cfg: CtConfig, key: str, near: Iterable[str] = ()) -> int:
     `key` or of a key in `near`, else after the last non-blank one (so blank
     lines before a snapshot stay put). A devN entry goes after the last devN
     line, else after the last Proxmox key (raw lxc.* lines come last)."""
-    if is_devn_key(key):
-        last_devn = last_pve = -1
-        for i, ln in cfg.main():
-            if is_devn_key(ln.key):
-                last_devn = i
-            elif ln.key and not ln.key.startswith("lxc."):
-                last_pve = i
-        return last_devn if last_devn >= 0 else last_pve
-    keys = {key, *near}
-    found = _main_end(cfg) - 1
-    for i, line in cfg.main():
-        if line.key in keys:
-            found = i
-    return found
+    return _anchor_in(list(cfg.lines), _main_len(cfg), key, near)
 
 
 def add(cfg: CtConfig, key: str, value: str, near: Iterable[str] = ()) -> CtConfig:
@@ -365,27 +407,16 @@ def add(cfg: CtConfig, key: str, value: str, near: Iterable[str] = ()) -> CtConf
 
 
 def remove(cfg: CtConfig, index: int) -> CtConfig:
-    line = cfg.lines[index]
-    if line.section is not MAIN:
-        raise ValueError("only main-section lines are edited")
     lines = list(cfg.lines)
-    del lines[index]
-    if index == len(lines) and index > 0 and not line.eol and lines[index - 1].eol:
-        # Removing a last line that had no newline: keep "no final newline".
-        prev = lines[index - 1]
-        lines[index - 1] = prev._replace(raw=prev.raw[: -len(prev.eol)])
+    _remove_in(lines, _main_len(cfg), index)
     return replace(cfg, lines=tuple(lines))
 
 
 def set_value(cfg: CtConfig, index: int, key: str, value: str) -> CtConfig:
     """Replace lines[index] with `key value`, keeping its line ending (and its
     ` = ` when it is a raw lxc.* line of a Proxmox file)."""
-    line = cfg.lines[index]
-    if line.section is not MAIN:
-        raise ValueError("only main-section lines are edited")
-    new = parse_line(format_line(cfg.flavor, key, value, line.eol, like=line), MAIN, cfg.flavor)
     lines = list(cfg.lines)
-    lines[index] = new
+    _set_in(lines, cfg.flavor, index, key, value)
     return replace(cfg, lines=tuple(lines))
 
 
@@ -442,19 +473,20 @@ def apply_groups(cfg: CtConfig, groups) -> Applied:
         at.update(mine)
         adds.update((e, None) for e in group if e.op == "add")
         applied.append(n)
-    new = cfg
+    lines, main, flavor = list(cfg.lines), _main_len(cfg), cfg.flavor
     for index in sorted(at, reverse=True):
         e = at[index]
         if e.op == "remove" or not e.lines:
-            new = remove(new, index)
+            main = _remove_in(lines, main, index)
             continue
         like = cfg.lines[index]
-        new = set_value(new, index, *e.lines[0])
+        _set_in(lines, flavor, index, *e.lines[0])
         if e.lines[1:]:
-            new = insert_after(new, index, e.lines[1:], like=like)
+            main = _insert_in(lines, main, flavor, index, e.lines[1:], like=like)
     for e in sorted(adds, key=_add_rank):
         for key, value in e.lines:
-            new = add(new, key, value, near=e.near)
+            main = _insert_in(lines, main, flavor, _anchor_in(lines, main, key, e.near), [(key, value)])
+    new = replace(cfg, lines=tuple(lines)) if at or adds else cfg
     return Applied(new, tuple(applied), tuple(skipped))
 
 

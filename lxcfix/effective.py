@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import posixpath
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from . import ctconfig, devices, lxcdefaults
 from .ctconfig import CtConfig, is_devn_key  # noqa: F401  (is_devn_key: part of this module's view)
@@ -185,7 +185,21 @@ def _include_items(name: str, raw: bytes) -> tuple[tuple[str, str, str], ...]:
     return tuple((ln.key, ln.value, f"{base}:{i + 1}") for i, ln in enumerate(sub.lines) if ln.key is not None)
 
 
-def _pve_generated(cfg: CtConfig, facts: HostFacts, load: Loader, devn: tuple[DevN, ...]) -> tuple[list, bool]:
+class _Generated(NamedTuple):
+    """What `pct start` writes before a Proxmox container's own lxc.* lines, includes followed,
+    and what it gives: the same for most containers of a host, so computed once (facts.memo).
+    rules: its cgroup2 device lines (verb, value, origin); entries and fstab: its mount entries
+    and lxc.mount.fstab mounts (none of them a line of the container's own); heads: the file
+    names its origins start with (an own line's origin, `200.conf:4`, must not be one)."""
+
+    items: tuple[tuple[str, str, str], ...]
+    rules: tuple[tuple[str, str, str], ...]
+    entries: tuple[Mount, ...]
+    fstab: tuple[Mount, ...]
+    heads: frozenset
+
+
+def _pve_generated(cfg: CtConfig, facts: HostFacts, load: Loader, devn: tuple[DevN, ...]) -> tuple[_Generated, bool]:
     """The lines `pct start` writes before the raw lxc.* ones (pve-container's
     update_lxc_config), and whether the container is unprivileged."""
     unprivileged = cfg.get("unprivileged") == "1" or cfg.get("lxc.idmap") is not None
@@ -201,8 +215,19 @@ def _pve_generated(cfg: CtConfig, facts: HostFacts, load: Loader, devn: tuple[De
     if hit is None:
         if len(memo) > 256:
             memo.clear()
-        hit = memo[key] = tuple(_pve_lines(facts, load, devn, unprivileged, ostype, fuse, console))
-    return list(hit), unprivileged
+        items = tuple(_expand(_pve_lines(facts, load, devn, unprivileged, ostype, fuse, console), load,
+                              lxcdefaults.PVE_BUILTIN))
+        hit = memo[key] = _Generated(items, tuple(_rules_of(items)), tuple(_entries_of(items, {})),
+                                     fstab_mounts(items, load), frozenset(o.split(":", 1)[0] for _, _, o in items))
+    return hit, unprivileged
+
+
+def _rules_of(items) -> list[tuple[str, str, str]]:
+    return [(k.rsplit(".", 1)[1], v, o) for k, v, o in items if k in V2_KEYS]
+
+
+def _entries_of(items, line_of: dict[str, int]) -> list[Mount]:
+    return [m for k, v, o in items if k == MOUNT_KEY if (m := parse_mount(v, line_of.get(o), o)) is not None]
 
 
 def _pve_lines(facts: HostFacts, load: Loader, devn: tuple[DevN, ...], unprivileged: bool, ostype: str,
@@ -236,6 +261,7 @@ def effective(cfg: CtConfig, facts: HostFacts, load: Loader) -> Effective:
     line_of: dict[str, int] = {}
     devn: list[DevN] = []
     own_rules: list[OwnRule] = []
+    raw: list[tuple[str, str, str]] = []  # Proxmox: the raw lxc.* lines, which pct writes after its own
     for i, ln in cfg.main():  # one pass over the container's own lines
         key = ln.key
         if key is None:
@@ -243,6 +269,8 @@ def effective(cfg: CtConfig, facts: HostFacts, load: Loader) -> Effective:
         origin = f"{name}:{i + 1}"
         own.append((key, ln.value, origin))
         line_of[origin] = i
+        if pve and key.startswith("lxc."):
+            raw.append((key, ln.value, origin))
         if key in _RULE_KEYS:
             try:
                 rule = devices.parse_rule(ln.value, allow=key.endswith("allow")) if ln.value.strip() else None
@@ -253,10 +281,13 @@ def effective(cfg: CtConfig, facts: HostFacts, load: Loader) -> Effective:
             if (d := parse_devn(key, ln.value, i)) is not None:
                 devn.append(d)
     unprivileged = False
+    mine = f"{name}:"
+    gen = None
     if pve:
-        generated, unprivileged = _pve_generated(cfg, facts, load, tuple(devn))
-        raw = [item for item in own if item[0].startswith("lxc.")]
-        items = _expand(generated, load, lxcdefaults.PVE_BUILTIN) + _expand(raw, load, lxcdefaults.PVE_BUILTIN)
+        gen, unprivileged = _pve_generated(cfg, facts, load, tuple(devn))
+        items = _expand(raw, load, lxcdefaults.PVE_BUILTIN)
+        if ":" in name or name in gen.heads:  # an own origin that reads like a generated one: no shortcut
+            items, gen = list(gen.items) + items, None
     else:
         items = _expand(own, load, lxcdefaults.BUILTIN)
         unprivileged = any(k == "lxc.idmap" for k, _, _ in items)
@@ -265,14 +296,19 @@ def effective(cfg: CtConfig, facts: HostFacts, load: Loader) -> Effective:
         node = devices.resolve(path, facts)
         return (node.kind, node.major, node.minor) if node else None
 
-    rule_lines = [(k.rsplit(".", 1)[1], v, o) for k, v, o in items if k in V2_KEYS]
-    mine = f"{name}:"
+    # The generated part's rules, mounts and fstab mounts are its own (gen), then the rest's.
+    rule_lines = _rules_of(items)
     shared = next((i for i, (_, _, o) in enumerate(rule_lines) if o.startswith(mine)), len(rule_lines))
+    mounts = tuple(_entries_of(items, line_of))
+    fstab = fstab_mounts(items, load)
+    if gen is not None:
+        rule_lines = list(gen.rules) + rule_lines
+        shared += len(gen.rules)
+        mounts = gen.entries + mounts + gen.fstab + fstab
+        items = list(gen.items) + items
+    else:
+        mounts += fstab
     ruleset = RuleSet.replay(rule_lines, resolve_path, shared=shared)
-    mounts = tuple(
-        m for k, v, o in items if k == MOUNT_KEY
-        if (m := parse_mount(v, line_of.get(o), o)) is not None
-    ) + fstab_mounts(items, load)
     devn_t = tuple(devn)
     if pve:
         idmap = tuple((v, line_of.get(o)) for k, v, o in own if k == "lxc.idmap")

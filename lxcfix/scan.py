@@ -149,9 +149,15 @@ def with_snapshot_rootfs(ctx: Context, snapshot: Enter, ct: str) -> Context:
     rootfs, /var/lib/lxc/VMID/rootfs of a mounted Proxmox container), read as a stopped
     container's: each path resolved inside that root, which lies inside the snapshot. Most
     snapshots hold only the configs: then nothing is said (no LXF236 for each container)."""
-    from .observe import read_rootfs
+    from .observe import read_rootfs, rootfs_root
 
     try:
+        root, _ = rootfs_root(snapshot.transport, snapshot.backend, ct, ctx.config, False)
+        # No such directory in the snapshot: the reader would find no /etc/passwd there either
+        # (a stopped container's rootfs that is not there is not mounted), and each config of a
+        # snapshot without rootfs dirs would pay for its run.
+        if root is None or not os.path.isdir(snapshot.transport.local_path(root)):
+            return ctx
         seen = read_rootfs(snapshot.transport, snapshot.backend, ct, ctx.config, running=False)
     except Exception:
         return ctx

@@ -120,13 +120,16 @@ def read_regular(path: str, limit: int = MAX_READ, dir_fd: int | None = None, fo
             raise OSError(errno.EINVAL, "not a regular file", path)
         chunks, size = [], 0
         while True:
-            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
+            want = min(1 << 20, limit + 1 - size)
+            chunk = os.read(fd, want)
             if not chunk:
                 break
             chunks.append(chunk)
             size += len(chunk)
             if size > limit:
                 raise OSError(errno.EFBIG, f"larger than {limit} bytes", path)
+            if len(chunk) < want and 0 < info.st_size <= size:
+                break  # a short read at the size fstat gave: the end (a config is one read, not two)
         return b"".join(chunks)
     finally:
         os.close(fd)
@@ -418,6 +421,7 @@ class RootDir:
     root: str
     name: str = "snapshot"
     local = True
+    _dirs: dict = field(default_factory=dict, repr=False, compare=False)  # _file_path's resolved directories
 
     def __post_init__(self) -> None:
         self.root = os.path.realpath(self.root)  # the admin's own path; links below it are the snapshot's
@@ -426,6 +430,29 @@ class RootDir:
         return resolve_in_root(self.root, path)
 
     path = local_path
+
+    def _file_path(self, path: str) -> str:
+        """local_path(path) for a file to read: its directory resolved once per snapshot (a scan
+        reads thousands of configs from the same few directories; a snapshot is the admin's own
+        copy, not changed under a scan), its last part checked each time; a link there, or a
+        directory that is not one, goes the whole way through resolve_in_root."""
+        head, _, name = path.rpartition("/")
+        if name in ("", ".", ".."):
+            return resolve_in_root(self.root, path)
+        base = self._dirs.get(head)
+        if base is None:
+            base = resolve_in_root(self.root, head or "/")
+            if not os.path.isdir(base):
+                return resolve_in_root(self.root, path)
+            if len(self._dirs) < 4096:
+                self._dirs[head] = base
+        here = os.path.join(base, name)
+        try:
+            if st_mod.S_ISLNK(os.lstat(here).st_mode):
+                return resolve_in_root(self.root, path)
+        except OSError:
+            pass  # nothing there: read_regular says so
+        return here
 
     def run(self, argv: Sequence[str], *, input: str | None = None, timeout: float | None = 60,
             max_output: int | None = None) -> Result:
@@ -444,7 +471,7 @@ class RootDir:
         refuses it, so each file's reader judges it as it judges any unreadable file (a config:
         LXF131; /proc/devices: the facts fail). Directories that lead out raise OutsideRoot."""
         try:
-            real = self.local_path(path)
+            real = self._file_path(path)
         except OutsideRoot as e:
             raise OSError(errno.EXDEV, e.why, path) from None
         return read_regular(real, follow=False)
