@@ -228,9 +228,12 @@ def _mmm(xs, fmt="{:.3f}") -> str:
 # One worker's pass over the snapshot, in a fresh process (cold caches, as a scan's worker starts),
 # each config once, in the snapshot's order: CPU time per config, by kind.
 PER_CONFIG = r"""
-import json, os, sys, time
+import gc, json, os, sys, time
 from dataclasses import replace
 from lxcfix import gather, repair, report, scan
+# A scan's worker is forked from `lxcfix`'s main(), which sets the collector so (cli.main):
+gc.freeze()
+gc.set_threshold(50_000, 50, 50)
 root, kinds_file = sys.argv[1], sys.argv[2]
 kinds = json.load(open(kinds_file))
 target = repair.open_target(root, None)
@@ -250,12 +253,13 @@ for ct, path in listed:
             line.partition(b":")
     floor.append(clock() - t0)
 out["_floor"] = floor
+snapshot = scan.snapshot_of(tr, be)
 for ct, path in listed:  # scan._analyze_chunk's loop, each config timed, then its JSON row
     t0 = clock()
     loaded = gather.load_container(tr, be, ct, path)
     if loaded.config is not None:
         facts = gather.with_snippets(tr, facts, [loaded.config])
-    rep = scan.analyze_container(facts, loaded, loader, "auto")
+    rep = scan.analyze_container(facts, loaded, loader, "auto", snapshot=snapshot)
     if rep.plan is not None:
         rep.plan.diff()
     rep = replace(rep, context=None, planned=None, causes=tuple(report.grouped(rep, facts)))

@@ -294,7 +294,7 @@ _DEVN_INDEX = re.compile(r"0|[1-9][0-9]{0,2}")
 
 def next_devn(cfg: CtConfig) -> int:
     """The first devN index after every one the main section uses."""
-    used = [int(ln.key[3:]) for _, ln in cfg.main() if is_devn_key(ln.key)]
+    used = [int(k[3:]) for k, _ in cfg._items if k.startswith("dev") and _is_devn(k)]
     return max(used) + 1 if used else 0
 
 
@@ -351,9 +351,11 @@ def _anchor_in(lines: list[Line], main: int, key: str, near: Iterable[str]) -> i
         last_devn = last_pve = -1
         for i in range(main):
             k = lines[i].key
-            if is_devn_key(k):
+            if not k:
+                continue
+            if k.startswith("dev") and _is_devn(k):
                 last_devn = i
-            elif k and not k.startswith("lxc."):
+            elif not k.startswith("lxc."):
                 last_pve = i
         return last_devn if last_devn >= 0 else last_pve
     keys = {key, *near}

@@ -156,7 +156,7 @@ def with_snapshot_rootfs(ctx: Context, snapshot: Enter, ct: str) -> Context:
         # No such directory in the snapshot: the reader would find no /etc/passwd there either
         # (a stopped container's rootfs that is not there is not mounted), and each config of a
         # snapshot without rootfs dirs would pay for its run.
-        if root is None or not os.path.isdir(snapshot.transport.local_path(root)):
+        if root is None or not snapshot.transport.has_dir(root):
             return ctx
         seen = read_rootfs(snapshot.transport, snapshot.backend, ct, ctx.config, running=False)
     except Exception:
@@ -363,12 +363,13 @@ def _analyze_chunk(args, loader=None) -> list[CtReport]:
 
     facts, chunk, transport, backend, style = args
     loader = loader or gather.include_loader(transport)
+    snapshot = snapshot_of(transport, backend)
     out = []
     for ct, path in chunk:
         loaded = gather.load_container(transport, backend, ct, path)
         if loaded.config is not None:
             facts = gather.with_snippets(transport, facts, [loaded.config])
-        report = analyze_container(facts, loaded, loader, style, snapshot=snapshot_of(transport, backend))
+        report = analyze_container(facts, loaded, loader, style, snapshot=snapshot)
         if report.plan is not None:
             report.plan.diff()  # computed here, in parallel; it travels back with the plan
         # The views stay in this process; the causes are grouped here, in parallel (pickle keeps

@@ -422,6 +422,7 @@ class RootDir:
     name: str = "snapshot"
     local = True
     _dirs: dict = field(default_factory=dict, repr=False, compare=False)  # _file_path's resolved directories
+    _absent: set = field(default_factory=set, repr=False, compare=False)  # has_dir's missing directories
 
     def __post_init__(self) -> None:
         self.root = os.path.realpath(self.root)  # the admin's own path; links below it are the snapshot's
@@ -430,6 +431,24 @@ class RootDir:
         return resolve_in_root(self.root, path)
 
     path = local_path
+
+    def has_dir(self, path: str) -> bool:
+        """Whether `path` is a directory in the snapshot (resolved inside it). A directory found
+        missing is remembered with everything under it: a scan asks for /var/lib/lxc/<ct>/rootfs
+        of every container of a snapshot that has no /var/lib/lxc, once."""
+        parts = [p for p in path.split("/") if p not in ("", ".")]
+        plain = ".." not in parts
+        ancestors = ["/" + "/".join(parts[:i]) for i in range(1, len(parts))] if plain else []
+        if any(a in self._absent for a in ancestors):
+            return False
+        if os.path.isdir(self.local_path(path)):
+            return True
+        for a in ancestors:
+            if not os.path.isdir(self.local_path(a)):
+                if len(self._absent) < 4096:
+                    self._absent.add(a)
+                break
+        return False
 
     def _file_path(self, path: str) -> str:
         """local_path(path) for a file to read: its directory resolved once per snapshot (a scan
