@@ -170,9 +170,35 @@ def in_process_apply(name: str) -> dict:
     return out
 
 
+def profile_apply(cli: list[str], name: str, env: dict, tmp: str, top: int = 25) -> None:
+    """One `lxcfix apply --ct NAME --yes` under cProfile (the same interpreter and checkout):
+    the functions with the most cumulative time, imports included (a CLI run pays them)."""
+    import pstats
+
+    out = os.path.join(tmp, "apply.prof")
+    argv = [sys.executable, "-m", "cProfile", "-o", out, "-m", "lxcfix", "apply", "--ct", name, "--yes"]
+    wall = C.timed_run(argv, env=env)[0]
+    print(f"\n-- one apply under cProfile ({C.s(wall)} wall; the profiler slows Python code ~2x):")
+    st = pstats.Stats(out)
+    keep = os.path.join(C.REPO, "bench", "out", "apply.prof")
+    os.makedirs(os.path.dirname(keep), exist_ok=True)
+    shutil.copyfile(out, keep)
+    # lxcfix's own functions (cli's wrappers left out) and module bodies (what importing each costs)
+    rows = sorted(((ct, nc, f"{os.path.relpath(fn, C.REPO) if fn.startswith(C.REPO) else os.path.basename(fn)}"
+                    f":{line}({func})")
+                   for (fn, line, func), (cc, nc, tt, ct, _) in st.stats.items()
+                   if (f"{os.sep}lxcfix{os.sep}" in fn and func not in ("main", "run", "wrapper"))
+                   or func == "<module>"), reverse=True)[:top]
+    for ct, nc, where in rows:
+        print(f"   {ct:7.3f} s {nc:7d}  {where}")
+    print(f"   (the whole profile: {os.path.relpath(keep)}; python3 -m pstats it)")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("-r", "--reps", type=int, default=5, help="runs of each measurement (default 5)")
+    ap.add_argument("--profile", action="store_true",
+                    help="one more `lxcfix apply` under cProfile: where the CLI's own time goes")
     a = ap.parse_args()
 
     code = preconditions()
@@ -300,6 +326,9 @@ def main() -> int:
         print(f"   in-process apply minus its own restart: {C.s(in_total - restart)}")
         print(f"   CLI apply = start-up floor {C.med(floor):.3f} + in-process apply {in_total:.3f} "
               f"+ rest {ma - C.med(floor) - in_total:.3f} s (rest: CLI output, exit, process noise)")
+        if a.profile:
+            reset()
+            profile_apply(cli, name, env, tmp)
         return 0
     finally:
         if ct is not None:

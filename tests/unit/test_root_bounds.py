@@ -194,3 +194,52 @@ def test_a_kernel_file_linked_out_is_not_read_and_the_facts_fail(tmp_path, state
     rc, out, err = run(capsys, "scan", "--root", str(snap))
     line = one_line(err)
     assert rc == 3 and "/proc/devices is a symlink to /dev/zero, outside the snapshot" in line, line
+
+
+def test_cached_reads_resolve_as_resolve_in_root(tmp_path):
+    """RootDir.read resolves a file's directory once per snapshot (_file_path) and has_dir
+    remembers missing directories: each answer is resolve_in_root's, links and `..` included,
+    asked twice (the second from the caches)."""
+    from lxcfix.transport import OutsideRoot, RootDir, resolve_in_root
+
+    root = tmp_path / "r"
+    (root / "a/b").mkdir(parents=True)
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere/f").write_bytes(b"outside\n")
+    (root / "a/b/x.conf").write_bytes(b"inside\n")
+    os.symlink("a/b", root / "in")
+    os.symlink("x.conf", root / "a/b/alias")
+    os.symlink(str(tmp_path / "elsewhere/f"), root / "a/b/last")
+    os.symlink("../../elsewhere", root / "a/up")
+    r = str(root.resolve())
+    t = RootDir(str(root))
+    paths = ("/a/b/x.conf", "/in/x.conf", "/a/b/alias", "/in/alias", "/a/b/../b/x.conf", "/a/b/last",
+             "/a/up/f", "/missing/x.conf", "/a/b/missing", "/a/b/", "/in/..", "/x.conf")
+    for _ in range(2):
+        for p in paths:
+            try:
+                want = read = None
+                want = resolve_in_root(r, p)
+                with open(want, "rb") as f:
+                    read = f.read()
+            except (OutsideRoot, OSError) as e:
+                want = type(e)
+            try:
+                got = t.read(p)
+            except OSError as e:
+                got = OSError if "outside the snapshot" not in str(e) else OutsideRoot
+            if want is OutsideRoot:
+                assert got is OutsideRoot, p
+            elif read is None:
+                assert got is OSError, p
+            else:
+                assert got == read, p
+    assert t.read("/in/alias") == b"inside\n"
+    for _ in range(2):
+        assert t.has_dir("/a/b") and t.has_dir("/in") and not t.has_dir("/a/b/x.conf")
+        assert not t.has_dir("/var/lib/lxc/200/rootfs") and not t.has_dir("/var/lib/lxc/201/rootfs")
+        with pytest.raises(OutsideRoot):
+            t.has_dir("/a/up")
+    assert "/var" in t._absent
+    (root / "var/lib/lxc/300/rootfs").mkdir(parents=True)
+    assert RootDir(str(root)).has_dir("/var/lib/lxc/300/rootfs")  # a new snapshot view asks the disk again
