@@ -262,3 +262,40 @@ def test_the_bounded_diff_is_difflibs_text_and_applies_back():
         assert all(a[i1:i2] == b[j1:j2] for tag, i1, i2, j1, j2 in ops if tag == "equal")
         small = difflib.SequenceMatcher(None, a, b).get_opcodes()
         assert model._unified_lines(a, b, "x", "y", small) == list(difflib.unified_diff(a, b, "x", "y"))
+
+
+def test_a_diff_of_distinct_lines_is_difflibs_text():
+    """Where every line occurs once on each side, the diff matches only the middle between the
+    common head and tail (model._unified's shortcut), and its text is difflib's own: edits of
+    every kind (insert, delete, replace, move) and unrelated files, 20,000 cases. With a line
+    twice on one side difflib may pair it elsewhere: that case is difflib's (checked too)."""
+    import difflib
+    import random
+
+    from lxcfix import model
+
+    rng = random.Random(22)
+    for _ in range(20_000):
+        alpha = [f"key{i}: {i}\n" for i in range(rng.randint(1, 40))]
+        a = rng.sample(alpha, rng.randint(0, len(alpha)))
+        if rng.random() < 0.6:
+            b = list(a)
+            for _ in range(rng.randint(0, 4)):
+                pool = [x for x in alpha if x not in b]
+                op = rng.random()
+                if op < 0.5 and pool:
+                    b.insert(rng.randint(0, len(b)), rng.choice(pool))
+                elif op < 0.75 and b:
+                    del b[rng.randrange(len(b))]
+                elif b and pool:
+                    b[rng.randrange(len(b))] = rng.choice(pool)
+                elif len(b) > 1:
+                    b.insert(rng.randint(0, len(b) - 1), b.pop(rng.randrange(len(b))))
+        else:
+            b = rng.sample(alpha, rng.randint(0, len(alpha)))
+        before, after = "".join(a).encode(), "".join(b).encode()
+        want = "".join(difflib.unified_diff(a, b, "a/x", "b/x", n=3))
+        assert model._unified("/x", before, after) == want, (a, b)
+    a, b = ["A\n", "C\n", "D\n"], ["A\n", "X\n", "A\n", "C\n", "D\n"]  # A twice in b: difflib pairs the second
+    assert model._unified("/x", "".join(a).encode(), "".join(b).encode()) == \
+        "".join(difflib.unified_diff(a, b, "a/x", "b/x", n=3))
