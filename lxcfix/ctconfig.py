@@ -106,7 +106,7 @@ class CtConfig:
 
     @cached
     def _items(self) -> tuple[tuple[str, str], ...]:
-        return tuple((ln.key, ln.value) for _, ln in self._main if ln.key is not None)
+        return tuple([(ln.key, ln.value) for _, ln in self._main if ln.key is not None])
 
     def main(self) -> Iterator[tuple[int, Line]]:
         return iter(self._main)

@@ -252,6 +252,8 @@ def _pve_lines(facts: HostFacts, load: Loader, devn: tuple[DevN, ...], unprivile
 
 
 _RULE_KEYS = frozenset(V2_KEYS) | frozenset(V1_KEYS)
+# A mount point's option that makes it read-only (pve-container's ro=<bool>).
+_RO = frozenset(f"ro={v}" for v in ("1", "on", "yes", "true"))
 
 
 def effective(cfg: CtConfig, facts: HostFacts, load: Loader) -> Effective:
@@ -267,16 +269,18 @@ def effective(cfg: CtConfig, facts: HostFacts, load: Loader) -> Effective:
         if key is None:
             continue
         origin = f"{name}:{i + 1}"
-        own.append((key, ln.value, origin))
+        item = (key, ln.value, origin)
+        own.append(item)
         line_of[origin] = i
-        if pve and key.startswith("lxc."):
-            raw.append((key, ln.value, origin))
-        if key in _RULE_KEYS:
-            try:
-                rule = devices.parse_rule(ln.value, allow=key.endswith("allow")) if ln.value.strip() else None
-            except devices.RuleError:
-                rule = None
-            own_rules.append(OwnRule(i, key, ln.value, rule))
+        if key.startswith("lxc."):  # every rule key is one
+            if pve:
+                raw.append(item)
+            if key in _RULE_KEYS:
+                try:
+                    rule = devices.parse_rule(ln.value, allow=key.endswith("allow")) if ln.value.strip() else None
+                except devices.RuleError:
+                    rule = None
+                own_rules.append(OwnRule(i, key, ln.value, rule))
         elif pve and key.startswith("dev") and is_devn_key(key):
             if (d := parse_devn(key, ln.value, i)) is not None:
                 devn.append(d)
@@ -422,8 +426,7 @@ def _writable(cfg: CtConfig, items: list[tuple[str, str, str]], mounts: tuple[Mo
         for key, value in cfg.items():
             if key == "rootfs" or (key.startswith("mp") and key[2:].isascii() and key[2:].isdigit()):
                 volume, *opts = value.split(",")
-                ro = any(o.strip().partition("=")[::2] in (("ro", v) for v in ("1", "on", "yes", "true"))
-                         for o in opts)
+                ro = any(o.strip() in _RO for o in opts)
                 if volume.strip().startswith("/") and (key == "rootfs" or not ro):
                     out.append((volume.strip(), "the container's rootfs" if key == "rootfs"
                                 else f"{key}: bind-mounts it read-write"))
