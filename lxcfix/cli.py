@@ -410,7 +410,7 @@ def scan(
                        reaches=reaches)
     else:
         target = repair.open_target(root, host)
-        hosts = [repair.scan(target, ct, style, probe=not no_probe, inner=inner)]
+        hosts = [repair.scan(target, ct, style, probe=not no_probe, inner=inner, diffs=fmt == "json")]
         reaches = {h.host: _reach(root) for h in hosts}
     if fmt == "json":
         _json(report.document("scan", hosts, reach=reaches))

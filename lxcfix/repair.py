@@ -79,9 +79,10 @@ def check_cts(target: Target, cts: list[str] | None, listed: dict) -> list[str]:
 
 def scan(target: Target, cts: list[str] | None, style: str = "auto", probe: bool = False,
          facts: HostFacts | None = None, keep_context: bool = False, upgrade: bool = False,
-         inner: str | None = None) -> HostReport:
+         inner: str | None = None, diffs: bool = True) -> HostReport:
     """upgrade: also the facts only a kernel upgrade needs (gather.UPGRADE_ONLY). inner: the
-    containers the probed containers run to probe too (`--inner`: all, or names)."""
+    containers the probed containers run to probe too (`--inner`: all, or names). diffs: False
+    when the diffs are not shown (scan_host)."""
     if inner is not None:
         from .nested import valid_want
 
@@ -97,7 +98,7 @@ def scan(target: Target, cts: list[str] | None, style: str = "auto", probe: bool
 
         facts = host_facts(target.transport, target.backend, upgrade=True)
     rep = scan_host(target.transport, target.backend, wanted, style, facts=facts, probe=probe and target.live,
-                    keep_context=keep_context, inner=inner)
+                    keep_context=keep_context, inner=inner, diffs=diffs)
     if not cts:  # every container: those whose name lxcfix cannot act on are listed too (LXF132)
         rep = replace(rep, containers=rep.containers + unusable_reports(target.transport, target.backend,
                                                                         rep.facts.host if rep.facts else rep.host))

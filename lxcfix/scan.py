@@ -198,13 +198,15 @@ def mark_live_fixable(ctx: Context, planned: Context, findings) -> tuple[Finding
 def scan_host(t: Transport, backend: Proxmox | Lxc, cts: list[str] | None = None,
               style: str = "auto", facts: HostFacts | None = None, probe: bool = False,
               route: Route | None = None, keep_context: bool = False, batch: bool = True,
-              swept: bool = False, inner: str | None = None) -> HostReport:
+              swept: bool = False, inner: str | None = None, diffs: bool = True) -> HostReport:
     """probe: enter running containers (live hosts only) to probe them and read
     their device program; route: how (default backend.exec). keep_context: the
     reports keep the view they were judged in (the audit reads it), so no worker
     processes. batch: the probes of all running containers in one command
     (sweep.py), which a route (containers' own SSH) does not allow. swept: `t`
-    answers from a sweep that read the containers' live state already."""
+    answers from a sweep that read the containers' live state already. diffs: worker processes
+    compute each plan's diff (the JSON shows it; a table does not, and then a plan's diff is made
+    when it is first asked for)."""
     start = time.monotonic()
     facts = facts or gather.host_facts(t, backend)
     listed = backend.list(t)
@@ -215,7 +217,8 @@ def scan_host(t: Transport, backend: Proxmox | Lxc, cts: list[str] | None = None
     workers = workers_for(len(wanted)) if enter is None and t.local and not facts.nodes_known \
         and not keep_context else 1
     if workers > 1:
-        reports = _analyze_in_processes(facts, [(ct, listed.get(ct)) for ct in wanted], t, backend, style, workers)
+        reports = _analyze_in_processes(facts, [(ct, listed.get(ct)) for ct in wanted], t, backend, style, workers,
+                                        diffs)
         if cts is None:
             reports += unusable_reports(t, backend, facts.host)
         return HostReport(t.name, backend.name, facts, tuple(reports), seconds=time.monotonic() - start)
@@ -358,7 +361,7 @@ def workers_for(n: int) -> int:
     return max(1, min(len(os.sched_getaffinity(0)), 8, n // (PARALLEL_MIN // 2)))
 
 
-def _analyze_chunk(args, loader=None) -> list[CtReport]:
+def _analyze_chunk(args, loader=None, diffs: bool = True) -> list[CtReport]:
     from .report import grouped
 
     facts, chunk, transport, backend, style = args
@@ -370,7 +373,7 @@ def _analyze_chunk(args, loader=None) -> list[CtReport]:
         if loaded.config is not None:
             facts = gather.with_snippets(transport, facts, [loaded.config])
         report = analyze_container(facts, loaded, loader, style, snapshot=snapshot)
-        if report.plan is not None:
+        if diffs and report.plan is not None:
             report.plan.diff()  # computed here, in parallel; it travels back with the plan
         # The views stay in this process; the causes are grouped here, in parallel (pickle keeps
         # their symptoms the very findings of the report, so ids still match on the other side).
@@ -389,18 +392,18 @@ CHUNK = 250
 _WORKER: dict = {}
 
 
-def _start_worker(facts, transport, backend, style) -> None:
+def _start_worker(facts, transport, backend, style, diffs: bool = True) -> None:
     _WORKER.clear()
     _WORKER.update(facts=facts, transport=transport, backend=backend, style=style,
-                   loader=gather.include_loader(transport))
+                   loader=gather.include_loader(transport), diffs=diffs)
 
 
 def _analyze_part(chunk) -> list[CtReport]:
     w = _WORKER
-    return _analyze_chunk((w["facts"], chunk, w["transport"], w["backend"], w["style"]), w["loader"])
+    return _analyze_chunk((w["facts"], chunk, w["transport"], w["backend"], w["style"]), w["loader"], w["diffs"])
 
 
-def _analyze_in_processes(facts, targets, transport, backend, style, workers) -> list[CtReport]:
+def _analyze_in_processes(facts, targets, transport, backend, style, workers, diffs: bool = True) -> list[CtReport]:
     """Reading and analysing configs offline is CPU work: spread it over the
     cores (fork, so workers start with everything imported, and the facts, transport
     and backend are theirs without pickling). Order is kept."""
@@ -411,5 +414,5 @@ def _analyze_in_processes(facts, targets, transport, backend, style, workers) ->
     chunks = [targets[i:i + size] for i in range(0, len(targets), size)]
     ctx = multiprocessing.get_context("fork")
     with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx, initializer=_start_worker,
-                                                initargs=(facts, transport, backend, style)) as pool:
+                                                initargs=(facts, transport, backend, style, diffs)) as pool:
         return [r for part in pool.map(_analyze_part, chunks) for r in part]

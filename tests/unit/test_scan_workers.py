@@ -1,0 +1,46 @@
+"""A snapshot scan big enough for worker processes (scan.PARALLEL_MIN configs): the same
+reports as one process, and the diffs computed by the workers only when they are shown."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+from lxcfix import repair, report, scan
+
+from .conftest import EXAMPLES
+
+
+def _big_snapshot(tmp_path, n: int):
+    snap = tmp_path / "snap"
+    shutil.copytree(EXAMPLES / "pve-gpu-host", snap)
+    lxc = snap / "etc/pve/lxc"
+    configs = sorted(p.read_bytes() for p in lxc.glob("*.conf"))
+    for p in lxc.glob("*.conf"):
+        p.unlink()
+    for i in range(n):
+        (lxc / f"{1000 + i}.conf").write_bytes(configs[i % len(configs)])
+    return snap
+
+
+def test_worker_processes_give_one_process_s_reports_and_diffs_only_when_shown(tmp_path, monkeypatch):
+    n = scan.PARALLEL_MIN
+    snap = _big_snapshot(tmp_path, n)
+    assert scan.workers_for(n) > 1 or len(os.sched_getaffinity(0)) == 1
+    target = repair.open_target(str(snap), None)
+    shown = repair.scan(target, None)  # worker processes, diffs made there
+    hidden = repair.scan(target, None, diffs=False)  # a table: no diff made
+    monkeypatch.setattr(scan, "PARALLEL_MIN", 10 ** 9)
+    alone = repair.scan(target, None)  # one process
+    planned = [c for c in hidden.containers if c.plan is not None and not c.plan.is_empty]
+    assert planned and all("_diff" not in c.plan.__dict__ for c in planned)
+    assert all("_diff" in c.plan.__dict__ for c in shown.containers if c.plan is not None and not c.plan.is_empty)
+
+    def doc(rep):
+        d = report.document("scan", [rep])
+        for h in d["hosts"]:
+            h["seconds"] = 0
+        return d
+
+    assert doc(shown) == doc(alone) == doc(hidden)  # a diff not made yet is made when asked for
+    assert len(doc(alone)["containers"]) == n
