@@ -59,7 +59,6 @@ from __future__ import annotations
 import base64
 import errno
 import fnmatch
-import functools
 import getpass
 import hashlib
 import heapq
@@ -83,6 +82,7 @@ import fabric
 import paramiko
 import tenacity
 
+from . import memo
 from .errors import BadInput, Unreachable
 from .model import Result
 from .transport import MAX_READ, _Commands, read_regular
@@ -478,7 +478,7 @@ def _known_hosts(path: str) -> _KnownHostsFile:
         mine.release()
 
 
-@functools.lru_cache(maxsize=1)
+@memo.once()
 def _fabric_config() -> "fabric.Config":
     """fabric's Config, built once per process (building it per host cost ~0.2-3 ms of CPU: invoke's
     layered config) and shared by every _Connection, which only reads it. No ssh config loaded by

@@ -34,7 +34,6 @@ what came before it is kept, the rest is reported as garbage.
 from __future__ import annotations
 
 import base64
-import functools
 import json
 import re
 import secrets
@@ -42,6 +41,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from . import memo
 from .model import Result
 
 MAX_TOTAL = 64 * 1024 * 1024  # a sweep of a big host: configs, /dev, programs
@@ -531,7 +531,7 @@ def argv(request: Request | None = None) -> list[str]:
     return ["python3", "-c", BOOT]
 
 
-@functools.lru_cache(maxsize=1)
+@memo.once()
 def _script_json() -> str:
     """script() as a JSON string: the same for every host, encoded once per process."""
     return json.dumps(script())
