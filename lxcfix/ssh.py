@@ -989,7 +989,7 @@ class Ssh(_Commands):
         try:
             _answered(chan, self.options.op_timeout, lambda: chan.exec_command(command),
                       f"{self.name} did not start {argv[0]}")
-            if input is not None:  # fed from a thread: a command may write more than a window before it reads it all
+            if input is not None:
                 data = input.encode("utf-8", "surrogateescape")
 
                 def feed():
@@ -1000,7 +1000,10 @@ class Ssh(_Commands):
                     except (paramiko.SSHException, EOFError, OSError):
                         pass  # the channel closed: the reader sees it
 
-                threading.Thread(target=feed, name=f"lxcfix-ssh-input-{self.name}", daemon=True).start()
+                if len(data) <= chan.out_window_size:  # within the window the server gave: sent now, never waits
+                    feed()
+                else:  # from a thread: a command may write more than a window before it reads it all
+                    threading.Thread(target=feed, name=f"lxcfix-ssh-input-{self.name}", daemon=True).start()
         except (paramiko.SSHException, EOFError, OSError) as e:
             raise ConnectionLost(f"connection to {self.name} lost while starting {argv[0]}: "
                                  f"{e or type(e).__name__}") from None
