@@ -13,9 +13,8 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-import functools
 
-from . import bpf
+from . import bpf, memo
 from . import probe as probe_mod
 from .bpf import READER, READER_LIB, ReaderOutput, _bpftool_insns, effective_of, parse_reader
 from .devices import LiveAllowlist
@@ -28,7 +27,7 @@ from .transport import Transport, container_output_max, container_timeout
 
 
 
-@functools.lru_cache(maxsize=4)
+@memo.once(maxsize=4)
 def in_process(source: str, name: str) -> dict:
     """A reader script (the BPF reader, the rootfs reader) compiled once per process and run
     here on this machine, as the host-side command would run it: its namespace."""

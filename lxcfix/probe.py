@@ -30,11 +30,11 @@ Only script() reads anything (the packaged template); parse and classify are pur
 
 from __future__ import annotations
 
-import functools
 import re
 from dataclasses import replace
 from typing import Iterable, Mapping
 
+from . import memo
 from .codes import make
 from .errors import BadInput
 from .bounded import excerpt, uint
@@ -69,7 +69,7 @@ CUDA_ERRORS = {
 
 # --- the script ---------------------------------------------------------------------------
 
-@functools.cache
+@memo.once()
 def script() -> str:
     """The probe script's text: templates/probe.sh, packaged as lxcfix.templates (pyproject)."""
     return template_text("probe.sh")

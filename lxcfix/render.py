@@ -11,12 +11,11 @@ never output.
 
 from __future__ import annotations
 
-import functools
 import os
 from dataclasses import dataclass
 from typing import Iterable, NamedTuple
 
-from . import devices
+from . import devices, memo
 
 
 @dataclass(frozen=True)
@@ -34,7 +33,7 @@ class RenderError(RuntimeError):
     pass
 
 
-@functools.lru_cache(maxsize=1)
+@memo.once()
 def _templates() -> str:
     """Where the templates are: in a source checkout, the top-level templates/
     folder beside this package (an editable install of another checkout would
@@ -61,7 +60,7 @@ SHIPPED: dict[str, str] | None = None
 READS_AT_FIRST_USE = ("_read_templates",)
 
 
-@functools.lru_cache(maxsize=1)
+@memo.once()
 def _read_templates() -> dict[str, str]:
     """{relative name: text} of every template file (not the package's own .py files)."""
     if SHIPPED is not None:
@@ -89,7 +88,7 @@ def _load(name: str):
     return text, None, lambda: True
 
 
-@functools.lru_cache(maxsize=1)
+@memo.once()
 def environment():
     import jinja2  # only plans that add lines render: keep it off the start-up path
 
@@ -133,7 +132,7 @@ def render(style: str, profile: str | None = None, rules: Iterable[RuleGroup] = 
     return list(_render(style, profile, tuple(rules), tuple(mounts), tuple(devs)))
 
 
-@functools.lru_cache(maxsize=1024)
+@memo.once(maxsize=1024)
 def _render(style: str, profile: str | None, rules: tuple, mounts: tuple, devs: tuple) -> tuple[tuple[str, str], ...]:
     env = environment()
     names = ([f"fix/{profile}.{style}.j2"] if profile else []) + [f"fix/{style}.j2"]

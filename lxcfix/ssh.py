@@ -59,7 +59,6 @@ from __future__ import annotations
 import base64
 import errno
 import fnmatch
-import functools
 import getpass
 import hashlib
 import heapq
@@ -83,6 +82,7 @@ import fabric
 import paramiko
 import tenacity
 
+from . import memo
 from .errors import BadInput, Unreachable
 from .model import Result
 from .transport import MAX_READ, _Commands, read_regular
@@ -444,26 +444,102 @@ class _KnownHostsFile:
 
 _KNOWN_HOSTS_CACHE: dict[str, tuple[tuple, _KnownHostsFile]] = {}
 _KNOWN_HOSTS_CACHE_LOCK = threading.Lock()
+_KNOWN_HOSTS_PARSING: dict[str, threading.Lock] = {}  # path -> the lock of whoever parses it now
 
 
 def _known_hosts(path: str) -> _KnownHostsFile:
-    st = os.stat(path)
-    stamp = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-    with _KNOWN_HOSTS_CACHE_LOCK:
-        cached = _KNOWN_HOSTS_CACHE.get(path)
-        if cached is not None and cached[0] == stamp:
-            return cached[1]
-    parsed = _KnownHostsFile(path)  # outside the lock: another host's connect need not wait
-    with _KNOWN_HOSTS_CACHE_LOCK:
-        _KNOWN_HOSTS_CACHE[path] = (stamp, parsed)
-    return parsed
+    """The parsed file, from the cache while its stamp holds. One thread parses a file at a time
+    and the others that want it wait for that parse: a fleet's first hosts all connect at once
+    (a worker process's 32, in the same millisecond), and each parsing the same file for itself
+    cost each host a whole parse (~0.1 ms a line), every time over in every worker process."""
+    while True:
+        st = os.stat(path)
+        stamp = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        with _KNOWN_HOSTS_CACHE_LOCK:
+            cached = _KNOWN_HOSTS_CACHE.get(path)
+            if cached is not None and cached[0] == stamp:
+                return cached[1]
+            busy = _KNOWN_HOSTS_PARSING.get(path)
+            if busy is None:
+                mine = _KNOWN_HOSTS_PARSING[path] = threading.Lock()
+                mine.acquire()
+        if busy is None:
+            break
+        with busy:  # another thread is parsing this file: its result, then look again
+            pass
+    try:
+        parsed = _KnownHostsFile(path)  # outside the cache lock: hosts with other files need not wait
+        with _KNOWN_HOSTS_CACHE_LOCK:
+            _KNOWN_HOSTS_CACHE[path] = (stamp, parsed)
+        return parsed
+    finally:
+        with _KNOWN_HOSTS_CACHE_LOCK:
+            del _KNOWN_HOSTS_PARSING[path]
+        mine.release()
 
 
-@functools.lru_cache(maxsize=1)
+@memo.once()
 def _fabric_config() -> "fabric.Config":
     """fabric's Config, built once per process (building it per host cost ~0.2-3 ms of CPU: invoke's
-    layered config); each Connection clones it. No ssh config loaded by fabric: resolve() reads it."""
+    layered config) and shared by every _Connection, which only reads it. No ssh config loaded by
+    fabric: resolve() reads it."""
     return fabric.Config(overrides={"load_ssh_configs": False})
+
+
+class _Connection(fabric.Connection):
+    """fabric's Connection whose every attribute is its own. fabric.Connection.__init__ sets
+    inline_ssh_env, which is no class attribute there, so invoke's DataProxy wrote it into the
+    Config, shared by every host: a merge() of the whole layered config per host (~0.7 ms of CPU),
+    and while one thread's merge rebuilt it another thread's Connection found it empty
+    ("AttributeError: No attribute or config key found for 'gateway'": that host unreachable)."""
+
+    inline_ssh_env = None
+
+
+_KEY_CACHE: dict[str, tuple[tuple, paramiko.PKey]] = {}
+_KEY_CACHE_LOCK = threading.Lock()
+
+
+def _stamp(path: str) -> tuple | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _private_key(path: str) -> paramiko.PKey | None:
+    """The private key in path as paramiko's SSHClient would load it for key_filename (RSA, then
+    ECDSA, then Ed25519; its -cert.pub certificate when there is one), parsed once per process
+    while neither file changes; None where that fails (a passphrase, no such file, not a key),
+    and paramiko is left to try the file itself, as before. paramiko reads and parses the file
+    for each host, once for each key type it tries before the right one (3 times for ed25519)."""
+    cert = path[: -len("-cert.pub")] if path.endswith("-cert.pub") else path + "-cert.pub"
+    key_path = path if not path.endswith("-cert.pub") else cert
+    cert_path = path if path.endswith("-cert.pub") else cert
+    stamp = (_stamp(key_path), _stamp(cert_path))
+    if stamp[0] is None:
+        return None
+    with _KEY_CACHE_LOCK:
+        cached = _KEY_CACHE.get(path)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        key = None
+        for klass in (paramiko.RSAKey, paramiko.ECDSAKey, paramiko.Ed25519Key):
+            try:
+                key = klass.from_private_key_file(key_path, None)
+                break
+            except (paramiko.SSHException, OSError, ValueError):
+                continue
+        if key is None:
+            return None
+        if stamp[1] is not None:
+            try:
+                key.load_certificate(cert_path)
+            except (paramiko.SSHException, OSError, ValueError):
+                return None  # paramiko's own load says what is wrong with it
+        _KEY_CACHE[path] = (stamp, key)
+        return key
 
 
 class _Policy(paramiko.MissingHostKeyPolicy):
@@ -762,8 +838,8 @@ class Ssh(_Commands):
         # it loads no host keys of its own: only the files resolve() chose, and our policy
         # (strict, or accept-new when asked) replaces fabric's, which adds unknown keys.
         # connect_kwargs of its own: without them fabric uses the shared Config's dict itself
-        conn = fabric.Connection(ep.host_key_name, user=ep.user, port=ep.port, config=_fabric_config(),
-                                 connect_kwargs={"look_for_keys": False})  # (set below, with the rest)
+        conn = _Connection(ep.host_key_name, user=ep.user, port=ep.port, config=_fabric_config(),
+                           connect_kwargs={"look_for_keys": False})  # (set below, with the rest)
         client = conn.client
         for path in ep.known_hosts:
             if os.path.isfile(path):
@@ -783,8 +859,12 @@ class Ssh(_Commands):
         sock = None
         try:
             sock = self._sock(ep)
+            # the first key file, parsed once per process, goes as pkey (paramiko tries it first,
+            # then key_filename's, as it would have tried the files in that order)
+            key_files = list(ep.key_files)
+            pkey = _private_key(key_files[0]) if key_files else None
             conn.connect_kwargs.update(
-                key_filename=list(ep.key_files) or None,
+                pkey=pkey, key_filename=(key_files[1:] if pkey is not None else key_files) or None,
                 allow_agent=self.options.allow_agent and not ep.identities_only,
                 look_for_keys=self.options.look_for_keys and not ep.identities_only,
                 sock=sock, timeout=ep.connect_timeout,  # not fabric's connect_timeout: it int()s it
@@ -909,7 +989,7 @@ class Ssh(_Commands):
         try:
             _answered(chan, self.options.op_timeout, lambda: chan.exec_command(command),
                       f"{self.name} did not start {argv[0]}")
-            if input is not None:  # fed from a thread: a command may write more than a window before it reads it all
+            if input is not None:
                 data = input.encode("utf-8", "surrogateescape")
 
                 def feed():
@@ -920,7 +1000,10 @@ class Ssh(_Commands):
                     except (paramiko.SSHException, EOFError, OSError):
                         pass  # the channel closed: the reader sees it
 
-                threading.Thread(target=feed, name=f"lxcfix-ssh-input-{self.name}", daemon=True).start()
+                if len(data) <= chan.out_window_size:  # within the window the server gave: sent now, never waits
+                    feed()
+                else:  # from a thread: a command may write more than a window before it reads it all
+                    threading.Thread(target=feed, name=f"lxcfix-ssh-input-{self.name}", daemon=True).start()
         except (paramiko.SSHException, EOFError, OSError) as e:
             raise ConnectionLost(f"connection to {self.name} lost while starting {argv[0]}: "
                                  f"{e or type(e).__name__}") from None

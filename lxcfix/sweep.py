@@ -41,6 +41,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from . import memo
 from .model import Result
 
 MAX_TOTAL = 64 * 1024 * 1024  # a sweep of a big host: configs, /dev, programs
@@ -165,22 +166,27 @@ def parse(data: bytes, nonce: str, limit: int = MAX_TOTAL) -> Answers:
     if len(data) > limit:
         out.garbage = f"output larger than {limit} bytes"
         data = data[:limit]
-    pos = data.find(b"\n@@" + nonce.encode())
+    ours = nonce.encode()
+    pos = data.find(b"\n@@" + ours)
     if pos < 0:
         out.garbage = "no record at all (no python3 there, or it failed: " + _text(data[:200]) + ")"
         return out
     while pos < len(data):
         m = _HEADER.match(data, pos)
-        if m is None or m.group(1).decode() != nonce:
+        if m is None:
             out.garbage = f"unreadable record at byte {pos}"
             break
-        kind = m.group(2).decode()
+        theirs, kind, hexname, size = m.groups()
+        if theirs != ours:
+            out.garbage = f"unreadable record at byte {pos}"
+            break
+        kind = kind.decode()
         try:
-            name = bytes.fromhex(m.group(3).decode()).decode("utf-8", "surrogateescape")
+            name = bytes.fromhex(hexname.decode()).decode("utf-8", "surrogateescape") if hexname else ""
         except ValueError:
             out.garbage = f"bad record name at byte {pos}"
             break
-        size = int(m.group(4))
+        size = int(size)
         start = m.end()
         if size > MAX_RECORD or start + size > len(data):
             out.garbage = f"record {kind} {name!r} cut short"
@@ -217,6 +223,11 @@ def _take(out: Answers, kind: str, name: str, body: bytes) -> None:
             raise ValueError("rc is not a number")
         out.runs[argv] = Result(rc, str(doc["stdout"]), str(doc["stderr"]))
     elif kind == "node":
+        m = _NODE.fullmatch(body)  # what nearly every record of a sweep is: one regex, not six
+        if m is not None:
+            k, *numbers = m.groups()
+            out.nodes[name] = (k.decode(), *map(int, numbers))
+            return
         k, major, minor, mode, uid, gid = _text(body).split(" ")
         if k not in ("c", "b", "f", "d", "l"):  # f, d, l: what the /dev walk found instead of a node
             raise ValueError("node kind")
@@ -235,6 +246,7 @@ def _take(out: Answers, kind: str, name: str, body: bytes) -> None:
 
 
 _DIGITS = re.compile(r"[0-9]{1,10}")
+_NODE = re.compile(rb"([cbfdl]) ([0-9]{1,10}) ([0-9]{1,10}) ([0-9]{1,10}) ([0-9]{1,10}) ([0-9]{1,10})")
 
 
 def _bounded(v: str) -> int:
@@ -519,10 +531,16 @@ def argv(request: Request | None = None) -> list[str]:
     return ["python3", "-c", BOOT]
 
 
+@memo.once()
+def _script_json() -> str:
+    """script() as a JSON string: the same for every host, encoded once per process."""
+    return json.dumps(script())
+
+
 def stdin(request: Request, nonce_: str) -> str:
     """What the sweep's command reads: the script and the request, as one JSON document
     (ASCII: json.dumps escapes the rest)."""
-    data = '{"script":' + json.dumps(script()) + ',"request":' + request.json(nonce_) + "}"
+    data = '{"script":' + _script_json() + ',"request":' + request.json(nonce_) + "}"
     if len(data) > MAX_REQUEST:
         raise ValueError(f"sweep request of {len(data)} bytes is larger than {MAX_REQUEST}")
     return data

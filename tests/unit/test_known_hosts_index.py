@@ -56,3 +56,48 @@ def test_a_changed_file_is_read_again(tmp_path):
     os.utime(path, ns=(1, 1))
     again = ssh._known_hosts(str(path))
     assert again is not first and again.keys("b") and again.keys("a") == first.keys("a")
+
+
+def test_hosts_connecting_at_once_parse_the_file_once(tmp_path, monkeypatch):
+    """A fleet's first hosts (a worker process's 32) all want the file in the same moment: one
+    thread parses it, the others wait for that parse and get the same index."""
+    import threading
+
+    path = tmp_path / "known_hosts"
+    path.write_text("".join(f"h{i} {_ed()}\n" for i in range(20)))
+    parses = []
+    real = ssh._KnownHostsFile
+
+    def counted(p):
+        parses.append(p)
+        return real(p)
+
+    monkeypatch.setattr(ssh, "_KnownHostsFile", counted)
+    start = threading.Barrier(16)
+    got = []
+
+    def connect():
+        start.wait()
+        got.append(ssh._known_hosts(str(path)))
+
+    threads = [threading.Thread(target=connect) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert len(got) == 16 and len({id(x) for x in got}) == 1
+    assert parses == [str(path)]
+    assert not ssh._KNOWN_HOSTS_PARSING  # nobody is left marked as parsing
+
+
+def test_a_file_that_cannot_be_read_fails_each_caller_and_is_not_left_busy(tmp_path):
+    path = tmp_path / "known_hosts"
+    path.mkdir()  # open() of a directory: IsADirectoryError
+    for _ in range(2):
+        try:
+            ssh._known_hosts(str(path))
+        except OSError:
+            pass
+        else:
+            raise AssertionError("a directory parsed as known_hosts")
+    assert str(path) not in ssh._KNOWN_HOSTS_PARSING

@@ -107,3 +107,40 @@ def test_a_rootfs_ask_is_answered_in_the_scripts_process_as_the_reader_command_p
     seen = rootfs.parse_reader(str(root), got.stdout, list(rootfs.FILES), first_exists())
     assert seen.state == "read" and b"root:x:0:0" in (seen.text("/etc/nvidia-container-runtime/config.toml") or b"")
     assert "host only" not in got.stdout
+
+
+def _wire(nonce: str, records) -> bytes:
+    """A sweep's output as the script frames it: records, zlib, base64, after the LXFZ head."""
+    import base64
+    import zlib
+
+    raw = b"".join(b"\n@@%s %s %s %d\n" % (nonce.encode(), kind.encode(), name.encode().hex().encode(), len(body))
+                   + body for kind, name, body in records)
+    return b"LXFZ" + nonce.encode() + b"\n" + base64.b64encode(zlib.compress(raw)) + b"\n"
+
+
+def test_node_records_read_the_same_on_the_fast_path_and_bad_ones_end_the_reading():
+    n = sweep.nonce()
+    good = [("node", "/dev/null", b"c 1 3 8630 0 0"), ("node", "/dev/sda", b"b 8 0 25008 0 6"),
+            ("node", "/dev/dri", b"d 0 0 16877 0 0"), ("node", "/dev/x", b"c 0000000010 7 0 4294967295 0")]
+    a = sweep.parse(_wire(n, good + [("end", "", b"")]), n)
+    assert a.done and a.garbage is None
+    assert a.nodes == {"/dev/null": ("c", 1, 3, 8630, 0, 0), "/dev/sda": ("b", 8, 0, 25008, 0, 6),
+                       "/dev/dri": ("d", 0, 0, 16877, 0, 0), "/dev/x": ("c", 10, 7, 0, 4294967295, 0)}
+    for body in (b"q 1 3 0 0 0", b"c 1 3 0 0", b"c 1 3 0 0 0 0", b"c 1 -3 0 0 0", b"c 1 3 0 0 99999999999",
+                 "c 1 \u0663 0 0 0".encode(), b"c  1 3 0 0 0"):
+        bad = sweep.parse(_wire(n, [good[0], ("node", "/dev/bad", body), good[1], ("end", "", b"")]), n)
+        assert bad.nodes == {"/dev/null": ("c", 1, 3, 8630, 0, 0)} and not bad.done, body
+        assert bad.garbage.startswith("record node '/dev/bad'"), (body, bad.garbage)
+
+
+def test_a_record_of_another_nonce_ends_the_reading():
+    n, other = sweep.nonce(), sweep.nonce()
+    wire = _wire(n, [("file", "/etc/hostname", b"pve1\n")])
+    forged = _wire(other, [("file", "/etc/shadow", b"x")])
+    import base64
+    import zlib
+
+    raw = zlib.decompress(base64.b64decode(wire.split(b"\n")[1])) + zlib.decompress(base64.b64decode(forged.split(b"\n")[1]))
+    a = sweep.parse(b"LXFZ" + n.encode() + b"\n" + base64.b64encode(zlib.compress(raw)) + b"\n", n)
+    assert a.files == {"/etc/hostname": b"pve1\n"} and a.garbage.startswith("unreadable record at byte")
