@@ -79,20 +79,10 @@ class Bench:
             self.cts.append(c.name)
             self.broken[c.name] = Path(c.config_path).read_bytes()
         self.ns.up()
-        self.client_key = fl.keygen(self.tmp / "client_ed25519", "lxcfix-bench-client")
-        pub = " ".join(Path(str(self.client_key) + ".pub").read_text().split()[:2])
-        for i in range(self.N):
-            d = fl.HostSshd(self.tmp / f"sshd-pve{i + 1}", f"pve{i + 1}", pub, "DEBUG3")
-            d.extra_config = [f"SetEnv LXCFIX_STATE_DIR={self.tmp / f'state-pve{i + 1}'} "
-                              f"LXCFIX_LOCK_DIR={self.tmp / f'lock-pve{i + 1}'}"]
-            self.sshds.append(d)
-            d.start()
-        self.known_hosts = self.tmp / "known_hosts"
-        self.known_hosts.write_text("".join(f"{self.ns.address(i)} {d.public()}\n"
-                                            for i, d in enumerate(self.sshds, 1)))
-        listens = [f"pve{i},{self.ns.path(h)},{self.ns.address(i)},22,{d.port}"
-                   for i, (h, d) in enumerate(zip(self.ns.hosts, self.sshds), 1)]
-        self.relay = fl.Relay(self.tmp / "relay-trace.jsonl", listens)
+        self.client_key, self.known_hosts, self.relay = fl.serve_hosts(
+            self.ns, self.tmp, self.N, "DEBUG3", self.sshds,
+            extra_config=lambda i: [f"SetEnv LXCFIX_STATE_DIR={self.tmp / f'state-pve{i}'} "
+                                    f"LXCFIX_LOCK_DIR={self.tmp / f'lock-pve{i}'}"])
         self.env = {"PATH": fl.CLEAN_PATH, "HOME": "/root", "LANG": "C.UTF-8", "PYTHONPATH": str(REPO),
                     "PYTHONPYCACHEPREFIX": str(fl.OUT / "pycache"), "NO_COLOR": "1"}
 

@@ -327,6 +327,25 @@ class HostSshd:
 
 # ----------------------------------------------------------------- the relay and its trace
 
+def serve_hosts(ns: "Namespaces", tmp: Path, n: int, log_level: str, sshds: list,
+                extra_config=None) -> tuple[Path, Path, "Relay"]:
+    """The client's key, an sshd in each of the n host namespaces (appended to `sshds` as each
+    starts, so a failure part-way still stops the ones started), a known_hosts file for them and
+    the delay relay in front of them: (key, known_hosts, relay). extra_config(i): sshd_config
+    lines of host i (1-based)."""
+    key = keygen(tmp / "client_ed25519", "lxcfix-bench-client")
+    pub = " ".join(Path(str(key) + ".pub").read_text().split()[:2])
+    for i in range(1, n + 1):
+        d = HostSshd(tmp / f"sshd-pve{i}", f"pve{i}", pub, log_level)
+        d.extra_config = list(extra_config(i)) if extra_config else []
+        sshds.append(d)
+        d.start()
+    known_hosts = tmp / "known_hosts"
+    known_hosts.write_text("".join(f"{ns.address(i)} {d.public()}\n" for i, d in enumerate(sshds, 1)))
+    listens = [f"pve{i},{ns.path(h)},{ns.address(i)},22,{d.port}" for i, (h, d) in enumerate(zip(ns.hosts, sshds), 1)]
+    return key, known_hosts, Relay(tmp / "relay-trace.jsonl", listens)
+
+
 class Relay:
     def __init__(self, trace: Path, listens: list[str]):
         self.trace, self.listens = trace, listens
@@ -538,18 +557,8 @@ class Bench:
             self.cts.append(host)
         self.t_containers = time.perf_counter() - t
         self.ns.up()
-        self.client_key = keygen(self.tmp / "client_ed25519", "lxcfix-bench-client")
-        pub = " ".join(Path(str(self.client_key) + ".pub").read_text().split()[:2])
-        for i in range(self.N):
-            d = HostSshd(self.tmp / f"sshd-pve{i + 1}", f"pve{i + 1}", pub, self.args.sshd_log_level)
-            self.sshds.append(d)
-            d.start()
-        self.known_hosts = self.tmp / "known_hosts"
-        self.known_hosts.write_text("".join(f"{self.ns.address(i)} {d.public()}\n"
-                                            for i, d in enumerate(self.sshds, 1)))
-        listens = [f"pve{i},{self.ns.path(h)},{self.ns.address(i)},22,{d.port}"
-                   for i, (h, d) in enumerate(zip(self.ns.hosts, self.sshds), 1)]
-        self.relay = Relay(self.tmp / "relay-trace.jsonl", listens)
+        self.client_key, self.known_hosts, self.relay = serve_hosts(self.ns, self.tmp, self.N,
+                                                                    self.args.sshd_log_level, self.sshds)
         self.files = [self.host_files(i) for i in range(1, self.N + 1)]
         self.inv_all = self.inventory(list(range(1, self.N + 1)))
         self.inv_one = self.inventory([1])

@@ -18,7 +18,7 @@ import functools
 import hashlib
 import re
 from dataclasses import dataclass, replace
-from typing import Iterable, Iterator, Literal, NamedTuple
+from typing import Iterable, Iterator, Literal, NamedTuple, Sequence
 
 Flavor = Literal["pve", "lxc"]
 
@@ -147,10 +147,7 @@ class CtConfig:
     @property
     def newline(self) -> bytes:
         """The file's own line ending, for lines we add."""
-        for line in self.lines:
-            if line.eol:
-                return line.eol
-        return b"\n"
+        return _newline_of(self.lines)
 
 
 def digest(raw: bytes) -> str:
@@ -322,7 +319,7 @@ def _new_line(cfg: CtConfig, key: str, value: str, like: Line | None = None) -> 
 # every edit of a plan on one list (a config per edit would re-read the whole file each time);
 # each public function is one of them on a config.
 
-def _newline_of(lines: list[Line]) -> bytes:
+def _newline_of(lines: Sequence[Line]) -> bytes:
     for line in lines:
         if line.eol:
             return line.eol
@@ -346,7 +343,7 @@ def _insert_in(lines: list[Line], main: int, flavor: Flavor, index: int, entries
     return main + len(new)
 
 
-def _anchor_in(lines: list[Line], main: int, key: str, near: Iterable[str]) -> int:
+def _anchor_in(lines: Sequence[Line], main: int, key: str, near: Iterable[str]) -> int:
     if is_devn_key(key):
         last_devn = last_pve = -1
         for i in range(main):
@@ -400,7 +397,7 @@ def anchor(cfg: CtConfig, key: str, near: Iterable[str] = ()) -> int:
     `key` or of a key in `near`, else after the last non-blank one (so blank
     lines before a snapshot stay put). A devN entry goes after the last devN
     line, else after the last Proxmox key (raw lxc.* lines come last)."""
-    return _anchor_in(list(cfg.lines), _main_len(cfg), key, near)
+    return _anchor_in(cfg.lines, _main_len(cfg), key, near)
 
 
 def add(cfg: CtConfig, key: str, value: str, near: Iterable[str] = ()) -> CtConfig:

@@ -485,15 +485,14 @@ def _unified(path: str, before: bytes, after: bytes) -> str:
         return ""
     a = before.decode("utf-8", "surrogateescape").splitlines(keepends=True)
     b = after.decode("utf-8", "surrogateescape").splitlines(keepends=True)
-    if len(a) < _DIFFLIB_SAFE and len(b) < _DIFFLIB_SAFE and (len(set(a)) < len(a) or len(set(b)) < len(b)):
+    small = len(a) < _DIFFLIB_SAFE and len(b) < _DIFFLIB_SAFE
+    if small and (len(set(a)) < len(a) or len(set(b)) < len(b)):
         lines = difflib.unified_diff(a, b, fromfile=f"a{path}", tofile=f"b{path}", n=DIFF_CONTEXT)
-    elif len(a) < _DIFFLIB_SAFE and len(b) < _DIFFLIB_SAFE:
-        # Each line once on each side (most configs without snapshots): difflib can pair a line only
-        # with its one twin, so its longest-block matching keeps the common head and tail as they
-        # are and only the middle is its to match (_opcodes); the text is difflib's (a property
-        # test holds the two equal), without its matching over the whole file.
-        lines = _unified_lines(a, b, f"a{path}", f"b{path}", _opcodes(a, b))
     else:
+        # A big file; or a small one whose lines each occur once on each side (most configs
+        # without snapshots): difflib can pair a line only with its one twin, so its matching
+        # keeps the common head and tail as they are, and _opcodes' text is difflib's own (a
+        # property test holds the two equal) without matching over the whole file.
         lines = _unified_lines(a, b, f"a{path}", f"b{path}", _opcodes(a, b))
     return "".join(l if l.endswith("\n") else l + "\n\\ No newline at end of file\n" for l in lines)
 
