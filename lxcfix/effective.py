@@ -263,18 +263,16 @@ def effective(cfg: CtConfig, facts: HostFacts, load: Loader) -> Effective:
     line_of: dict[str, int] = {}
     devn: list[DevN] = []
     own_rules: list[OwnRule] = []
-    raw: list[tuple[str, str, str]] = []  # Proxmox: the raw lxc.* lines, which pct writes after its own
-    for i, ln in cfg.main():  # one pass over the container's own lines
+    # One pass over the container's own lines. Only its lxc.* lines are items (what the view is
+    # made of reads no other key; for Proxmox they are the raw lines pct writes after its own).
+    for i, ln in cfg.main():
         key = ln.key
         if key is None:
             continue
-        origin = f"{name}:{i + 1}"
-        item = (key, ln.value, origin)
-        own.append(item)
-        line_of[origin] = i
         if key.startswith("lxc."):  # every rule key is one
-            if pve:
-                raw.append(item)
+            origin = f"{name}:{i + 1}"
+            own.append((key, ln.value, origin))
+            line_of[origin] = i
             if key in _RULE_KEYS:
                 try:
                     rule = devices.parse_rule(ln.value, allow=key.endswith("allow")) if ln.value.strip() else None
@@ -289,7 +287,7 @@ def effective(cfg: CtConfig, facts: HostFacts, load: Loader) -> Effective:
     gen = None
     if pve:
         gen, unprivileged = _pve_generated(cfg, facts, load, tuple(devn))
-        items = _expand(raw, load, lxcdefaults.PVE_BUILTIN)
+        items = _expand(own, load, lxcdefaults.PVE_BUILTIN)
         if ":" in name or name in gen.heads:  # an own origin that reads like a generated one: no shortcut
             items, gen = list(gen.items) + items, None
     else:
@@ -423,8 +421,8 @@ def _writable(cfg: CtConfig, items: list[tuple[str, str, str]], mounts: tuple[Mo
         vmid = base[:-5] if base.endswith(".conf") else ""
         if vmid.isascii() and vmid.isdigit():
             out.append((f"/var/lib/lxc/{vmid}/rootfs", "the container's rootfs"))
-        for key, value in cfg.items():
-            if key == "rootfs" or (key.startswith("mp") and key[2:].isascii() and key[2:].isdigit()):
+        for key, value in cfg._items:
+            if key == "rootfs" or (key[:2] == "mp" and key[2:].isascii() and key[2:].isdigit()):
                 volume, *opts = value.split(",")
                 ro = any(o.strip() in _RO for o in opts)
                 if volume.strip().startswith("/") and (key == "rootfs" or not ro):
@@ -447,12 +445,12 @@ def _writable(cfg: CtConfig, items: list[tuple[str, str, str]], mounts: tuple[Mo
             where = f"lxc.mount.entry at {m.origin}" if not m.origin.startswith("fstab ") else \
                 f"lxc.mount.fstab ({m.origin[6:]})"
             out.append((m.source, f"{where} bind-mounts it read-write ({','.join(m.options)})"))
-    roots: list[tuple[str, str]] = []
+    roots: dict[str, str] = {}
     for p, how in out:
         p = _norm(p)
-        if p not in [r for r, _ in roots] and p != "/" and not p.startswith("/dev/") and p != "/dev":
-            roots.append((p, how))
-    return tuple(roots)
+        if p not in roots and p != "/" and not p.startswith("/dev/") and p != "/dev":
+            roots[p] = how
+    return tuple(roots.items())
 
 
 def under(path: str, roots: tuple[str, ...]) -> str | None:
