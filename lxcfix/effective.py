@@ -421,8 +421,8 @@ def _writable(cfg: CtConfig, items: list[tuple[str, str, str]], mounts: tuple[Mo
         vmid = base[:-5] if base.endswith(".conf") else ""
         if vmid.isascii() and vmid.isdigit():
             out.append((f"/var/lib/lxc/{vmid}/rootfs", "the container's rootfs"))
-        for key, value in cfg._items:
-            if key == "rootfs" or (key[:2] == "mp" and key[2:].isascii() and key[2:].isdigit()):
+        for key, value in cfg.items():
+            if key == "rootfs" or (key.startswith("mp") and key[2:].isascii() and key[2:].isdigit()):
                 volume, *opts = value.split(",")
                 ro = any(o.strip() in _RO for o in opts)
                 if volume.strip().startswith("/") and (key == "rootfs" or not ro):
