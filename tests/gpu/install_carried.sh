@@ -22,4 +22,4 @@ mkdir -p /var/lib/lxc
 python3 -m pip install -q --no-index --no-compile --disable-pip-version-check --find-links "$DIR/whl" \
   --target /tmp/lxcfix-site "typer>=0.12,<1" "rich>=13" "jinja2>=3.1" "pyyaml>=6" "tenacity>=8" \
   "paramiko>=3.4" "fabric>=3.2" 2>&1 | grep -v -e "^WARNING: Running pip as" -e "dependency resolver" || true
-lxc-start --version && bpftool version | head -1
+lxc-start --version && bpftool version | sed -n 1p
