@@ -215,7 +215,7 @@ def scan_host(t: Transport, backend: Proxmox | Lxc, cts: list[str] | None = None
     enter = Enter(t, backend, route, inner) if probe else None
     # Processes only where reading configs is local work: a forked SSH connection is not shared.
     workers = workers_for(len(wanted)) if enter is None and t.local and not facts.nodes_known \
-        and not keep_context else 1
+        and not keep_context and only_thread() else 1
     if workers > 1:
         reports = _analyze_in_processes(facts, [(ct, listed.get(ct)) for ct in wanted], t, backend, style, workers,
                                         diffs)
@@ -353,6 +353,19 @@ def probe_parallel() -> int:
 
 # Below this many configs a second process costs more than it saves.
 PARALLEL_MIN = 1500
+
+
+def only_thread() -> bool:
+    """Whether this process runs one thread, the one that forks. A child of fork() gets
+    only the forking thread: a lock another thread held at that moment (memo.once's,
+    logging's, a pool's) stays held in the child for good. A fleet scans hosts in threads,
+    so there the configs are analysed in this process."""
+    try:
+        return len(os.listdir("/proc/self/task")) == 1
+    except OSError:  # no procfs: the threads Python knows of
+        import threading
+
+        return threading.active_count() == 1
 
 
 def workers_for(n: int) -> int:

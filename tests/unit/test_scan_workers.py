@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 
 from lxcfix import repair, report, scan
 
@@ -27,6 +28,7 @@ def test_worker_processes_give_one_process_s_reports_and_diffs_only_when_shown(t
     n = scan.PARALLEL_MIN
     snap = _big_snapshot(tmp_path, n)
     assert scan.workers_for(n) > 1 or len(os.sched_getaffinity(0)) == 1
+    assert scan.only_thread(), f"an earlier test left threads running: {threading.enumerate()}"
     target = repair.open_target(str(snap), None)
     shown = repair.scan(target, None)  # worker processes, diffs made there
     hidden = repair.scan(target, None, diffs=False)  # a table: no diff made
@@ -44,3 +46,32 @@ def test_worker_processes_give_one_process_s_reports_and_diffs_only_when_shown(t
 
     assert doc(shown) == doc(alone) == doc(hidden)  # a diff not made yet is made when asked for
     assert len(doc(alone)["containers"]) == n
+
+
+def test_with_another_thread_running_the_configs_are_analysed_in_this_process(tmp_path, monkeypatch):
+    """fork() would copy only this thread: a lock the other one holds would stay held in
+    the child. Same reports, no worker process."""
+    snap = _big_snapshot(tmp_path, scan.PARALLEL_MIN)
+    target = repair.open_target(str(snap), None)
+    monkeypatch.setattr(scan, "PARALLEL_MIN", 10 ** 9)
+    alone = report.document("scan", [repair.scan(target, None)])
+    monkeypatch.undo()
+
+    def no_fork(*a, **k):
+        raise AssertionError("forked worker processes with another thread running")
+
+    monkeypatch.setattr(scan, "_analyze_in_processes", no_fork)
+    release = threading.Event()
+    other = threading.Thread(target=release.wait, name="other")
+    other.start()
+    try:
+        assert not scan.only_thread()
+        threaded = report.document("scan", [repair.scan(target, None)])
+    finally:
+        release.set()
+        other.join()
+    for d in (alone, threaded):
+        for h in d["hosts"]:
+            h["seconds"] = 0
+    assert threaded == alone and len(threaded["containers"]) == scan.PARALLEL_MIN
+    assert scan.only_thread()
