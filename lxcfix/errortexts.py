@@ -58,15 +58,22 @@ _MISMATCH = Cause("LXF212", "the container's NVIDIA userspace is another version
 KNOWN: tuple[Known, ...] = (
     Known(
         "cuda-unknown", "CUDA unknown error - this may be due to an incorrectly set up environment",
-        "PyTorch, TensorFlow, Frigate, Ollama (cuInit = 999 CUDA_ERROR_UNKNOWN; the runtime API's error 30)",
+        "PyTorch, TensorFlow, Frigate, Ollama, llama.cpp (cuInit = 999 CUDA_ERROR_UNKNOWN; the runtime API's "
+        "error 30; Ollama: 'cuda driver library init failure: 999')",
         (r"CUDA unknown error", r"CUDA_ERROR_UNKNOWN", r"cuInit\(0\)[^\n]{0,40}\b999\b",
-         r"cudaGetDeviceCount returned 30", r"cudaErrorUnknown"),
-        (_UVM_DENIED, _UVM_MISSING, _MISMATCH),
+         r"cudaGetDeviceCount returned 30", r"cudaErrorUnknown", r"CUDA error: unknown error",
+         r"failed to initialize CUDA: unknown error", r"\b(cuda driver library|nvcuda) init failure: 999\b",
+         r"\bcuInit err: 999\b", r"\bCUDA error 999\b"),
+        (_UVM_DENIED, _UVM_MISSING, _MISMATCH,
+         Cause("", "the same 999 on the host itself, outside any container: the host's nvidia_uvm module is "
+                   "in a bad state (reported after a suspend and resume); reloading nvidia_uvm on the host, "
+                   "with no GPU user running, clears it")),
         DIAGNOSE + ": its probe opens /dev/nvidia-uvm and calls cuInit inside",
         "not the GPU or nvidia-smi: on an H200 with nvidia-uvm denied, nvidia-smi still lists the GPU "
         "and cuInit returns 999 (measured; `lxcfix explain LXF210`)",
         ("tensorflow/tensorflow#53341", "blakeblackshear/frigate#4136", "canonical/lxd#5618",
-         "measured on an NVIDIA H200 (shared ground truth)"),
+         "ollama/ollama#9796", "ollama/ollama#8638",
+         "gist.github.com/mikaelhg/9b6dfbf1ff66b899e6132c808c55e4e9 (nvidia_uvm after a resume)", "measured on an NVIDIA H200 (shared ground truth)"),
     ),
     Known(
         "cuda-no-device", "no CUDA-capable device is detected (CUDA_ERROR_NO_DEVICE, cuInit = 100)",
@@ -79,8 +86,9 @@ KNOWN: tuple[Known, ...] = (
         ("measured on an NVIDIA H200 (shared ground truth)",),
     ),
     Known(
-        "nvml-unknown", "Failed to initialize NVML: Unknown Error", "nvidia-smi, NVML users",
-        (r"Failed to initialize NVML: Unknown Error",),
+        "nvml-unknown", "Failed to initialize NVML: Unknown Error", "nvidia-smi, NVML users "
+        "(Ollama: 'nvml vram init failure: 999', NVML_ERROR_UNKNOWN)",
+        (r"Failed to initialize NVML: Unknown Error", r"\bnvml vram init failure: 999\b"),
         (Cause("LXF200", "the cgroup denies /dev/nvidiactl (195:255): NVML cannot open it (measured)"),
          Cause("", "inside Docker in the container: a `systemctl daemon-reload` on the Docker host reset "
                    "the inner container's device cgroup (the NVIDIA runtime's devices are lost until the "
@@ -88,7 +96,7 @@ KNOWN: tuple[Known, ...] = (
         DIAGNOSE,
         "not a driver mismatch (that says 'Driver/library version mismatch'), not nvidia-uvm "
         "(nvidia-smi works with it denied)",
-        ("NVIDIA/nvidia-docker#1671", "NVIDIA/libnvidia-container#111",
+        ("NVIDIA/nvidia-docker#1671", "NVIDIA/libnvidia-container#111", "ollama/ollama#1877",
          "measured on an NVIDIA H200 (shared ground truth)"),
     ),
     Known(
@@ -241,6 +249,23 @@ KNOWN: tuple[Known, ...] = (
                          "only from the cgroup; the mode and owner give EACCES)"),),
         DIAGNOSE,
         "not the node's mode or owner (that is 'Permission denied', EACCES: LXF201)",
+        ("measured on LXC 5.0.2 and 6.0.4 (shared/design/DOMAIN.md)",),
+        generic=True,
+    ),
+    Known(
+        "eacces-open", "Permission denied (opening a /dev node the container has)",
+        "any program inside the container (a service user: jellyfin, plex, frigate, ollama)",
+        (r"(can't|cannot|could not|couldn't|failed to|unable to) (create|open)[^\n]{0,60}/dev/\S+[^\n]{0,60}"
+         r"permission denied", r"/dev/\S+'?\)?: permission denied", r"open\S* /dev/\S+: permission denied"),
+        (Cause("LXF204", "the service user is not in the node's group inside (its render/video gid is not the "
+                         "host node's, LXF235), or the idmap maps the node's group to nobody (LXF114)"),
+         Cause("LXF201", "the node's mode, owner or group refuses the user, the idmap maps its owner to "
+                         "nobody, or the mount is nodev"),
+         Cause("LXF115", "an unprivileged container's bind-mounted node that nobody inside can open, root "
+                         "included")),
+        DIAGNOSE + ": it opens the node as root and as a member of the node's group inside",
+        "not the cgroup: a major:minor the cgroup denies gives 'Operation not permitted' (EPERM, LXF200), "
+        "whatever the node's mode",
         ("measured on LXC 5.0.2 and 6.0.4 (shared/design/DOMAIN.md)",),
         generic=True,
     ),

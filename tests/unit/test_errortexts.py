@@ -45,6 +45,19 @@ SAMPLES = [
     ("lxc-start: 200: confile.c: parse_line: Unsupported config key \"lxc.cgroup.devices.allow\"", "lxc-v1-key"),
     ("WARN cgfsng - Ignoring cgroup2 limits on legacy cgroup system", "lxc-hybrid"),
     ("sh: can't create /dev/net/tun: Operation not permitted", "eperm-open"),
+    ("RuntimeError: CUDA error: unknown error\nCUDA kernel errors might be asynchronously reported at some other "
+     "API call, so the stacktrace below might be incorrect.", "cuda-unknown"),
+    ('time=2025-08-30T09:03:23.843-05:00 level=WARN source=gpu.go:605 msg="unknown error initializing cuda driver '
+     'library /usr/lib/x86_64-linux-gnu/libcuda.so.575.64.03: cuda driver library init failure: 999. see '
+     'https://github.com/ollama/ollama/blob/main/docs/troubleshooting.md for more information"', "cuda-unknown"),
+    ('level=DEBUG source=gpu.go:517 msg="Unable to load nvcuda" library=/usr/lib/x86_64-linux-gnu/libcuda.so.535.183.01'
+     ' error="nvcuda init failure: 999"', "cuda-unknown"),
+    ("ggml_cuda_init: failed to initialize CUDA: unknown error", "cuda-unknown"),
+    ('msg="Unable to load CUDA management library /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54.14: nvml vram '
+     'init failure: 999', "nvml-unknown"),
+    ("[AVHWDeviceContext @ 0x55d1] Failed to open /dev/dri/renderD128: Permission denied", "eacces-open"),
+    ("open /dev/dri/renderD128: permission denied", "eacces-open"),
+    ("sh: can't open '/dev/dri/card0': Permission denied", "eacces-open"),
 ]
 
 
