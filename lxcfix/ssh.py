@@ -1205,21 +1205,36 @@ _READ_SCRIPT = ('if [ -e "$1" ] && [ ! -f "$1" ]; then echo "$1: not a regular f
 
 class _Deadlines:
     """One thread for the deadlines of every pending channel request (a threading.Timer per
-    request would start a thread per command: ~2 ms each)."""
+    request would start a thread per command: ~2 ms each). The thread ends once nothing is
+    pending for IDLE seconds and the next request starts it again: a process done with SSH is
+    left with its own threads only (scan.only_thread: worker processes may be forked)."""
+
+    IDLE = 2.0
 
     def __init__(self):
         self._cv = threading.Condition()
         self._heap: list = []  # (when, seq, _Pending)
+        self._live = 0  # requests still waiting: neither answered nor expired
         self._seq = itertools.count()
         self._thread: threading.Thread | None = None
 
     def add(self, seconds: float, pending: _Pending) -> None:
         with self._cv:
             heapq.heappush(self._heap, (time.monotonic() + seconds, next(self._seq), pending))
+            self._live += 1
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="lxcfix-ssh-deadlines", daemon=True)
                 self._thread.start()
             self._cv.notify()
+
+    def settled(self) -> None:
+        """One request answered or expired (each says so once): with none left waiting, the
+        heap's answered entries are dropped now, not at their deadlines."""
+        with self._cv:
+            self._live -= 1
+            if self._live == 0:
+                self._heap.clear()
+                self._cv.notify()
 
     def _run(self) -> None:
         while True:
@@ -1228,7 +1243,12 @@ class _Deadlines:
                     if self._heap and self._heap[0][2].done:
                         heapq.heappop(self._heap)  # answered in time: forget it now
                         continue
-                    self._cv.wait(self._heap[0][0] - time.monotonic() if self._heap else None)
+                    if not self._heap:
+                        if not self._cv.wait(self.IDLE) and not self._heap:
+                            self._thread = None  # add() starts another, under this same lock
+                            return
+                        continue
+                    self._cv.wait(self._heap[0][0] - time.monotonic())
                 _, _, due = heapq.heappop(self._heap)
             try:
                 due.expire()
@@ -1238,7 +1258,7 @@ class _Deadlines:
 
 class _Pending:
     """A channel request waiting for its reply: expire() (the deadline) and finish() (the reply)
-    race; whichever comes first wins, under the lock."""
+    race; whichever comes first wins, under the lock, and tells the deadlines it is settled."""
 
     def __init__(self, chan: paramiko.Channel):
         self.chan = chan
@@ -1251,13 +1271,17 @@ class _Pending:
             if self.done:
                 return
             self.fired = self.done = True
+        _DEADLINES.settled()
         _close(self.chan)  # ends paramiko's wait for the reply
 
     def finish(self) -> bool:
         """True when the reply came in time (the channel is still open)."""
         with self.lock:
-            self.done = True
-            return not self.fired
+            first, self.done = not self.done, True
+            in_time = not self.fired
+        if first:
+            _DEADLINES.settled()
+        return in_time
 
 
 _DEADLINES = _Deadlines()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import threading
+import time
 
 from lxcfix import repair, report, scan
 
@@ -24,11 +25,22 @@ def _big_snapshot(tmp_path, n: int):
     return snap
 
 
+def _alone(seconds: float = 15.0) -> bool:
+    """Whether this process is down to one thread within `seconds`: an earlier SSH test's
+    deadline thread ends once it has been idle for ssh._Deadlines.IDLE."""
+    end = time.monotonic() + seconds
+    while not scan.only_thread():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def test_worker_processes_give_one_process_s_reports_and_diffs_only_when_shown(tmp_path, monkeypatch):
     n = scan.PARALLEL_MIN
     snap = _big_snapshot(tmp_path, n)
     assert scan.workers_for(n) > 1 or len(os.sched_getaffinity(0)) == 1
-    assert scan.only_thread(), f"an earlier test left threads running: {threading.enumerate()}"
+    assert _alone(), f"an earlier test left threads running: {threading.enumerate()}"
     target = repair.open_target(str(snap), None)
     shown = repair.scan(target, None)  # worker processes, diffs made there
     hidden = repair.scan(target, None, diffs=False)  # a table: no diff made
@@ -53,6 +65,7 @@ def test_with_another_thread_running_the_configs_are_analysed_in_this_process(tm
     the child. Same reports, no worker process."""
     snap = _big_snapshot(tmp_path, scan.PARALLEL_MIN)
     target = repair.open_target(str(snap), None)
+    assert _alone(), f"an earlier test left threads running: {threading.enumerate()}"
     monkeypatch.setattr(scan, "PARALLEL_MIN", 10 ** 9)
     alone = report.document("scan", [repair.scan(target, None)])
     monkeypatch.undo()
