@@ -1160,9 +1160,49 @@ def _framework_exit(e: Exception) -> int | None:
     return None
 
 
+def _repeated(argv: list[str]) -> str | None:
+    """The first option that takes one value but is given it twice, different ("--ct 200 --ct
+    201" to `apply`), said as an error; None when there is none. Click would keep the last one
+    and go on: an admin who meant both would have one container changed, and nothing said.
+    The same value again is no question, so it is let through."""
+    words = argv[:argv.index("--")] if "--" in argv else argv
+    longs = [w.split("=", 1)[0] for w in words if w.startswith("--")]
+    if len(set(longs)) == len(longs):  # nothing given twice: the command line is not walked
+        return None
+    from .bounded import excerpt
+
+    def options(cmd) -> dict:  # click's, or the copy typer 0.28 carries: read by duck typing
+        return {o: p for p in cmd.params if p.param_type_name == "option" for o in p.opts + p.secondary_opts}
+
+    command = typer.main.get_command(app)
+    opts, seen = options(command), {}
+    words = iter(words)
+    for w in words:
+        if not w.startswith("-"):
+            if w in getattr(command, "commands", ()):
+                command = command.commands[w]
+                opts = options(command)
+            continue
+        name, eq, value = w.partition("=")
+        p = opts.get(name)
+        if p is None or p.is_flag or p.count:
+            continue
+        value = value if eq else next(words, "")
+        if not p.multiple:
+            seen.setdefault(p.opts[0], []).append(value)
+    for opt, values in seen.items():
+        if len(set(values)) > 1:
+            given = ", then ".join(f"'{excerpt(v, 40)}'" for v in values)
+            return f"{opt} is given different values ({given}): it takes one; give the one you mean"
+    return None
+
+
 def run(argv: list[str] | None = None) -> int:
     """The exit code of one command line: its outcome's, or its error's."""
     try:
+        twice = _repeated(sys.argv[1:] if argv is None else list(argv))
+        if twice:
+            raise BadInput(twice)
         result = app(args=argv, standalone_mode=False)
     except LxcfixError as e:
         say(f"lxcfix: error: {e}", "bold red" if e.exit_code >= 4 else None, err)

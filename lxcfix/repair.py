@@ -70,6 +70,10 @@ def open_target(root: str | None, hosts: list[str] | None = None) -> Target:
 
 def check_cts(target: Target, cts: list[str] | None, listed: dict) -> list[str]:
     for ct in cts or []:
+        if ct not in listed and "," in ct and all(p.strip() in listed for p in ct.split(",")):
+            # "200,201" is one LXC name as far as LXC goes, but here it is meant as two
+            several = " ".join(f"--ct {p.strip()}" for p in ct.split(","))
+            raise BadInput(f"--ct {ct}: one --ct names one container (scan takes several: {several})")
         target.backend.validate(ct)
         if ct not in listed:
             raise BadInput(f"no container {ct!r} on {target.transport.name} "
