@@ -196,6 +196,18 @@ KNOWN: tuple[Known, ...] = (
         ("tailscale/tailscale#5002", "tailscale/tailscale#62"),
     ),
     Known(
+        "kfd-missing", "kfd driver not loaded. If running in a container, remember to include '--device "
+        "/dev/kfd --device /dev/dri'", "Ollama (ROCm on an AMD GPU: /dev/kfd)",
+        (r"kfd driver not loaded",),
+        (Cause("LXF110", "/dev/kfd is not passed into the container (Ollama prints this when opening it says "
+                         "'no such file'; the render node may be passed in without it)"),
+         Cause("LXF112", "/dev/kfd is missing on the host: amdgpu is not loaded there")),
+        DIAGNOSE,
+        "not a permission: with /dev/kfd there and refused, Ollama says 'permission problems block access' and "
+        "names the error (permission denied: the group, LXF204; operation not permitted: the cgroup, LXF200)",
+        ("ollama/ollama discover/amd_linux.go (verifyKFDDriverAccess)",),
+    ),
+    Known(
         "fuse-denied", "fuse: device not found / failed to open /dev/fuse: Operation not permitted",
         "fusermount, rclone, sshfs, Docker's fuse-overlayfs",
         (r"failed to open /dev/fuse", r"fuse: device not found"),

@@ -38,6 +38,9 @@ SAMPLES = [
      "init: open sysctl net.ipv4.ip_unprivileged_port_start file: reopen fd 8: permission denied", "reopen-fd"),
     ("Aug 04 02:48:57 tailnet tailscaled[2502]: getLocalBackend error: createEngine: tstun.New(\"tailscale0\"): "
      "CreateTUN(\"tailscale0\") failed; /dev/net/tun does not exist", "tun-missing"),
+    ('level=ERROR source=amd_linux.go:405 msg="amdgpu devices detected but permission problems block access: kfd '
+     'driver not loaded.  If running in a container, remember to include \'--device /dev/kfd --device /dev/dri\'"',
+     "kfd-missing"),
     ("fusermount: failed to open /dev/fuse: Operation not permitted", "fuse-denied"),
     ("frigate.detectors.plugins.edgetpu_tfl ERROR : No EdgeTPU was detected.", "edgetpu"),
     ("lxc-start 200 20261201 ERROR cgfsng - ../src/lxc/cgroups/cgfsng.c:... - Failed to parse device rule "
@@ -57,6 +60,12 @@ SAMPLES = [
      'init failure: 999', "nvml-unknown"),
     ("[AVHWDeviceContext @ 0x55d1] Failed to open /dev/dri/renderD128: Permission denied", "eacces-open"),
     ("open /dev/dri/renderD128: permission denied", "eacces-open"),
+    ('msg="amdgpu devices detected but permission problems block access: permissions not set up properly.  Either '
+     'run ollama as root, or add you user account to the render group. open /dev/kfd: permission denied"',
+     "eacces-open"),
+    ('msg="amdgpu devices detected but permission problems block access: permissions not set up properly.  Either '
+     'run ollama as root, or add you user account to the render group. open /dev/kfd: operation not permitted"',
+     "eperm-open"),
     ("sh: can't open '/dev/dri/card0': Permission denied", "eacces-open"),
 ]
 
@@ -75,7 +84,9 @@ def test_every_row_has_a_sample_a_source_and_causes_that_exist():
 
 
 def test_a_log_with_several_messages_names_each_once_in_table_order():
-    log = "\n".join(["noise"] * 50 + [SAMPLES[16][0], SAMPLES[5][0], SAMPLES[5][0], "more noise"])
+    sample = {want: text for text, want in reversed(SAMPLES)}  # each row's first sample
+    log = "\n".join(["noise"] * 50 + [sample["fuse-denied"], sample["nvml-unknown"], sample["nvml-unknown"],
+                                     "more noise"])
     assert [k.id for k in errortexts.match(log)] == ["nvml-unknown", "fuse-denied"]
 
 
