@@ -47,6 +47,9 @@ class Target:
 
 def open_target(root: str | None, hosts: list[str] | None = None) -> Target:
     if root is not None:
+        if hosts:  # not said, the snapshot would be read and --host dropped
+            raise BadInput(f"--root reads a snapshot and --host {hosts[0]} names a live host: one or the other "
+                           "(a fleet host: --inventory FILE --host NAME)")
         if not os.path.isdir(root):
             raise BadInput(f"--root {root}: no such directory")
         top = os.path.abspath(root)

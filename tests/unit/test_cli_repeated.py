@@ -74,3 +74,16 @@ def test_a_comma_list_of_containers_says_how_to_give_several(capsys):
     assert capsys.readouterr().err.strip() == said
     assert cli.run(["scan", "--root", root, "--ct", "200,999"]) == 2  # not all of them are there: just not an id
     assert capsys.readouterr().err.strip() == "lxcfix: error: not a Proxmox container id (vmid): '200,999'"
+
+
+@pytest.mark.parametrize("argv", [["scan"], ["plan", "--ct", "200"], ["apply", "--all", "--no-restart", "--yes"],
+                                  ["apply", "--ct", "200", "--no-restart", "--yes"], ["audit"]])
+def test_a_snapshot_and_a_live_host_at_once_are_refused_and_nothing_is_read(tmp_path, capsys, argv):
+    snap = tmp_path / "snap"
+    shutil.copytree(EXAMPLES / "pve-gpu-host", snap)
+    before = _tree(snap)
+    assert cli.run([*argv, "--root", str(snap), "--host", "pve1"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.strip() == ("lxcfix: error: --root reads a snapshot and --host pve1 names a live host: "
+                                         "one or the other (a fleet host: --inventory FILE --host NAME)")
+    assert _tree(snap) == before
