@@ -398,6 +398,8 @@ def scan(
     """Diagnose every container on a host, snapshot or inventory of hosts, and show what to fix."""
     if fmt not in ("table", "json", "prometheus"):
         raise BadInput(f"unknown --format {fmt!r}: use table, json or prometheus")
+    if as_json and fmt == "prometheus":
+        raise BadInput("--json and --format prometheus: one or the other")
     fmt = "json" if as_json else fmt
     reaches: dict = {}
     if inventory is not None:
@@ -804,6 +806,8 @@ def audit(
         raise BadInput(f"--to-kernel {to_kernel!r}: a kernel release (uname -r) with --for kernel-upgrade")
     if fmt not in ("table", "json", "markdown"):
         raise BadInput(f"unknown --format {fmt!r}: use table, json or markdown")
+    if as_json and fmt == "markdown":
+        raise BadInput("--json and --format markdown: one or the other")
     if inventory is not None:
         if root is not None:
             raise BadInput("--inventory and --root: one or the other")

@@ -1,6 +1,7 @@
-"""An option that takes one value, given two different ones: one line, exit 2, nothing
-changed. Click alone keeps the last and goes on (`apply --ct 200 --ct 201 --yes` would
-change 201 only, and say nothing of 200)."""
+"""A command line that says two things at once is one line, exit 2, nothing read or changed,
+never one of them picked in silence: an option that takes one value given two different
+ones (click alone keeps the last: `apply --ct 200 --ct 201 --yes` changed 201 only), a
+comma list to --ct, --root with --host, --json with another --format."""
 
 from __future__ import annotations
 
@@ -87,3 +88,10 @@ def test_a_snapshot_and_a_live_host_at_once_are_refused_and_nothing_is_read(tmp_
     assert out == "" and err.strip() == ("lxcfix: error: --root reads a snapshot and --host pve1 names a live host: "
                                          "one or the other (a fleet host: --inventory FILE --host NAME)")
     assert _tree(snap) == before
+
+
+@pytest.mark.parametrize("command,fmt", [("scan", "prometheus"), ("audit", "markdown")])
+def test_json_and_another_format_at_once_are_refused(capsys, command, fmt):
+    assert cli.run([command, "--root", str(EXAMPLES / "pve-gpu-host"), "--json", "--format", fmt]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.strip() == f"lxcfix: error: --json and --format {fmt}: one or the other"
