@@ -1221,6 +1221,7 @@ class _Deadlines:
     def add(self, seconds: float, pending: _Pending) -> None:
         with self._cv:
             heapq.heappush(self._heap, (time.monotonic() + seconds, next(self._seq), pending))
+            pending.deadlines = self
             self._live += 1
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="lxcfix-ssh-deadlines", daemon=True)
@@ -1265,13 +1266,18 @@ class _Pending:
         self.lock = threading.Lock()
         self.done = False
         self.fired = False
+        self.deadlines: _Deadlines | None = None  # the ones it was added to (add sets it)
+
+    def _settled(self) -> None:
+        if self.deadlines is not None:
+            self.deadlines.settled()
 
     def expire(self) -> None:
         with self.lock:
             if self.done:
                 return
             self.fired = self.done = True
-        _DEADLINES.settled()
+        self._settled()
         _close(self.chan)  # ends paramiko's wait for the reply
 
     def finish(self) -> bool:
@@ -1280,7 +1286,7 @@ class _Pending:
             first, self.done = not self.done, True
             in_time = not self.fired
         if first:
-            _DEADLINES.settled()
+            self._settled()
         return in_time
 
 

@@ -34,10 +34,9 @@ def _until(cond, seconds=5.0) -> bool:
 
 
 @pytest.fixture
-def deadlines(monkeypatch):
+def deadlines():
     d = ssh._Deadlines()
     d.IDLE = 0.05
-    monkeypatch.setattr(ssh, "_DEADLINES", d)
     assert _until(lambda: not _threads())  # another test's thread has ended
     return d
 
