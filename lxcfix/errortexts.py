@@ -109,7 +109,7 @@ KNOWN: tuple[Known, ...] = (
     ),
     Known(
         "nvml-no-devices", "No devices were found", "nvidia-smi",
-        (r"^\s*No devices (were )?found\.?\s*$",),
+        (r"^[ \t]{0,16}No devices (were )?found\.?[ \t\r]{0,16}$",),
         (Cause("LXF200", "the cgroup denies /dev/nvidiaN (195:N): nvidia-smi finds no GPU (measured)"),
          Cause("LXF202", "/dev/nvidiaN is not passed into the container")),
         DIAGNOSE,
@@ -130,7 +130,7 @@ KNOWN: tuple[Known, ...] = (
     ),
     Known(
         "not-a-device", "/dev/dri/renderD128 is not a device", "pct start (Proxmox, a devN entry)",
-        (r"(/dev/\S+) is not a device",),
+        (r"(/dev/\S{1,96}) is not a device",),
         (Cause("LXF159", "the host path is a regular file or a directory, left by a failed driver install or "
                          "a script, not the device node: the driver did not create it"),),
         "ls -l the path on the host (a node shows `c` first); then " + DIAGNOSE,
@@ -139,7 +139,7 @@ KNOWN: tuple[Known, ...] = (
     ),
     Known(
         "devn-missing", "Device /dev/... does not exist", "pct start (Proxmox, a devN entry)",
-        (r"Device (/dev/\S+) does not exist",),
+        (r"Device (/dev/\S{1,96}) does not exist",),
         (Cause("LXF112", "the devN entry's path is missing on the host at start: a driver not loaded, a USB "
                          "device unplugged, a /dev/dri/cardN that got another index (LXF113)"),),
         DIAGNOSE,
@@ -172,7 +172,7 @@ KNOWN: tuple[Known, ...] = (
     ),
     Known(
         "reopen-fd", "... reopen fd 8: permission denied", "runc (docker run inside an LXC container)",
-        (r"reopen fd \d+: permission denied",),
+        (r"reopen fd \d{1,10}: permission denied",),
         (Cause("LXF237", "runc's fix for CVE-2025-52881 (runc 1.2.8, 1.3.3, 1.4.0-rc.3 and later) meets the "
                          "AppArmor profile of an lxc-pve before 6.0.5-2: upgrade the host's lxc-pve to 6.0.5-2 or "
                          "later (Incus 6.19) and restart the container; `lxc.apparmor.profile: unconfined` also "
@@ -256,7 +256,8 @@ KNOWN: tuple[Known, ...] = (
     Known(
         "eperm-open", "Operation not permitted (opening a /dev node that exists with mode crw-rw-rw-)",
         "any program inside the container",
-        (r"can't (create|open) '?/dev/\S+'?: Operation not permitted", r"open\S* /dev/\S+: operation not permitted"),
+        (r"can't (create|open) '?/dev/[^\s:']{1,96}'?: Operation not permitted",
+         r"open\S{0,16} /dev/[^\s:]{1,96}: operation not permitted"),
         (Cause("LXF200", "the container's cgroup v2 device allowlist lacks the node's major:minor (EPERM comes "
                          "only from the cgroup; the mode and owner give EACCES)"),),
         DIAGNOSE,
@@ -267,8 +268,9 @@ KNOWN: tuple[Known, ...] = (
     Known(
         "eacces-open", "Permission denied (opening a /dev node the container has)",
         "any program inside the container (a service user: jellyfin, plex, frigate, ollama)",
-        (r"(can't|cannot|could not|couldn't|failed to|unable to) (create|open)[^\n]{0,60}/dev/\S+[^\n]{0,60}"
-         r"permission denied", r"/dev/\S+'?\)?: permission denied", r"open\S* /dev/\S+: permission denied"),
+        (r"(can't|cannot|could not|couldn't|failed to|unable to) (create|open)(?=[^\n]{0,60}/dev/)[^\n]{0,160}?"
+         r"permission denied", r"/dev/[^\s:'\")]{1,96}'?\)?: permission denied",
+         r"open\S{0,16} /dev/[^\s:]{1,96}: permission denied"),
         (Cause("LXF204", "the service user is not in the node's group inside (its render/video gid is not the "
                          "host node's, LXF235), or the idmap maps the node's group to nobody (LXF114)"),
          Cause("LXF201", "the node's mode, owner or group refuses the user, the idmap maps its owner to "
@@ -288,6 +290,9 @@ def _cut(text: str) -> str:
     return text[:MAX_TEXT]
 
 
+# Every pattern's quantifiers are bounded ({m,n}): a paste is someone's log, and a repeated
+# `\S*`/`\S+` next to what it can also match takes quadratic time on a hostile one ("open" x
+# 64 Ki took 34 s). A test holds every pattern to that.
 _COMPILED = tuple((k, tuple(re.compile(p, re.IGNORECASE | re.MULTILINE) for p in k.patterns)) for k in KNOWN)
 
 

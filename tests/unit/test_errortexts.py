@@ -143,3 +143,48 @@ def test_the_readme_lists_every_message_with_its_codes_and_sources():
         row = f"| {k.says.replace('|', '/')} | {k.who} | " + ", ".join(c.code for c in k.causes if c.code) + \
             f" | {', '.join(k.sources)} |"
         assert row in readme, k.id
+
+
+def _unbounded(pattern: str) -> list[str]:
+    """The repeats in a pattern with no upper bound (`*`, `+`, `{m,}`)."""
+    try:
+        import re._parser as sre  # 3.11+
+    except ImportError:  # pragma: no cover
+        import sre_parse as sre
+    found, todo = [], [sre.parse(pattern)]
+    while todo:
+        for op, av in todo.pop():
+            if op in (sre.MAX_REPEAT, sre.MIN_REPEAT):
+                lo, hi, sub = av
+                if hi == sre.MAXREPEAT:
+                    found.append(f"{{{lo},}}")
+                todo.append(sub)
+            elif op in (sre.SUBPATTERN,):
+                todo.append(av[-1])
+            elif op in (sre.BRANCH,):
+                todo.extend(av[1])
+            elif op in (sre.ASSERT, sre.ASSERT_NOT):
+                todo.append(av[1])
+    return found
+
+
+def test_every_pattern_repeats_a_bounded_number_of_times():
+    """A paste is someone's log: with every repeat bounded, a match costs a bounded amount per
+    position, never the quadratic time `open\\S* /dev/` took on "open" x 64 Ki (34 s)."""
+    for k in errortexts.KNOWN:
+        for p in k.patterns:
+            assert _unbounded(p) == [], (k.id, p)
+    assert _unbounded(r"open\S* /dev/") == ["{0,}"] and _unbounded(r"(a|b+)c") == ["{1,}"]
+
+
+HOSTILE = ["open" * 65536, "/dev/" * 52428, "can't open /dev/" * 16384, "\n" * 262144, " \n" * 131072,
+           "cuInit(0)" * 29127, "CreateTUN" * 29127, "reopen fd " + "1" * 262000, "open /dev/" + "x" * 262000]
+
+
+def test_a_hostile_paste_of_the_largest_size_is_matched_without_stalling():
+    import time
+
+    start = time.monotonic()
+    for text in HOSTILE:
+        assert len(text) <= errortexts.MAX_TEXT and errortexts.match(text) == []
+    assert time.monotonic() - start < 20  # a hang guard, not a figure: about 1 s here; it was minutes
