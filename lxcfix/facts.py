@@ -90,7 +90,9 @@ def parse_proc_devices_checked(text: str) -> tuple[dict[str, tuple[int, ...]], d
 
 
 def parse_nvidia_version(text: str) -> str | None:
-    m = re.search(rf"Kernel Module(?: for [^ \n]+)?[ \t]+({_PART}(?:\.{_PART}){{1,2}}){_END}", text)
+    # `[^ \t\n]`, not `[^ \n]`: a tab in the platform's name overlapped the `[ \t]+` after it, and
+    # a file of tabs took quadratic time (40k: 9 s); the platform never holds one.
+    m = re.search(rf"Kernel Module(?: for [^ \t\n]+)?[ \t]+({_PART}(?:\.{_PART}){{1,2}}){_END}", text)
     if m:
         return m.group(1)
     m = re.search(rf"(?<![0-9A-Za-z_.])([0-9]{{3}}(?:\.{_PART}){{1,2}}){_END}", text)
