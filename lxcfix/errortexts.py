@@ -73,7 +73,8 @@ KNOWN: tuple[Known, ...] = (
         "and cuInit returns 999 (measured; `lxcfix explain LXF210`)",
         ("tensorflow/tensorflow#53341", "blakeblackshear/frigate#4136", "canonical/lxd#5618",
          "ollama/ollama#9796", "ollama/ollama#8638",
-         "gist.github.com/mikaelhg/9b6dfbf1ff66b899e6132c808c55e4e9 (nvidia_uvm after a resume)", "measured on an NVIDIA H200 (shared ground truth)"),
+         "gist.github.com/mikaelhg/9b6dfbf1ff66b899e6132c808c55e4e9 (nvidia_uvm after a resume)",
+         "measured on an NVIDIA H200 (shared ground truth)"),
     ),
     Known(
         "cuda-no-device", "no CUDA-capable device is detected (CUDA_ERROR_NO_DEVICE, cuInit = 100)",
