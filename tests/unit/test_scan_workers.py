@@ -25,6 +25,14 @@ def _big_snapshot(tmp_path, n: int):
     return snap
 
 
+def _doc(rep) -> dict:
+    """The scan's JSON document, its timings out."""
+    d = report.document("scan", [rep])
+    for h in d["hosts"]:
+        h["seconds"] = 0
+    return d
+
+
 def _alone(seconds: float = 15.0) -> bool:
     """Whether this process is down to one thread within `seconds`: an earlier SSH test's
     deadline thread ends once it has been idle for ssh._Deadlines.IDLE."""
@@ -50,14 +58,8 @@ def test_worker_processes_give_one_process_s_reports_and_diffs_only_when_shown(t
     assert planned and all("_diff" not in c.plan.__dict__ for c in planned)
     assert all("_diff" in c.plan.__dict__ for c in shown.containers if c.plan is not None and not c.plan.is_empty)
 
-    def doc(rep):
-        d = report.document("scan", [rep])
-        for h in d["hosts"]:
-            h["seconds"] = 0
-        return d
-
-    assert doc(shown) == doc(alone) == doc(hidden)  # a diff not made yet is made when asked for
-    assert len(doc(alone)["containers"]) == n
+    assert _doc(shown) == _doc(alone) == _doc(hidden)  # a diff not made yet is made when asked for
+    assert len(_doc(alone)["containers"]) == n
 
 
 def test_with_another_thread_running_the_configs_are_analysed_in_this_process(tmp_path, monkeypatch):
@@ -67,7 +69,7 @@ def test_with_another_thread_running_the_configs_are_analysed_in_this_process(tm
     target = repair.open_target(str(snap), None)
     assert _alone(), f"an earlier test left threads running: {threading.enumerate()}"
     monkeypatch.setattr(scan, "PARALLEL_MIN", 10 ** 9)
-    alone = report.document("scan", [repair.scan(target, None)])
+    alone = _doc(repair.scan(target, None))
     monkeypatch.undo()
 
     def no_fork(*a, **k):
@@ -79,12 +81,9 @@ def test_with_another_thread_running_the_configs_are_analysed_in_this_process(tm
     other.start()
     try:
         assert not scan.only_thread()
-        threaded = report.document("scan", [repair.scan(target, None)])
+        threaded = _doc(repair.scan(target, None))
     finally:
         release.set()
         other.join()
-    for d in (alone, threaded):
-        for h in d["hosts"]:
-            h["seconds"] = 0
     assert threaded == alone and len(threaded["containers"]) == scan.PARALLEL_MIN
     assert scan.only_thread()
