@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -188,3 +192,43 @@ def test_a_hostile_paste_of_the_largest_size_is_matched_without_stalling():
     for text in HOSTILE:
         assert len(text) <= errortexts.MAX_TEXT and errortexts.match(text) == []
     assert time.monotonic() - start < 20  # a hang guard, not a figure: about 1 s here; it was minutes
+
+
+def _explain_stdin(stdin, shell_closes_stdin=False, env_extra=None):
+    """The real CLI, `python -m lxcfix explain -`, as a subprocess with the given standard input."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "NO_COLOR": "1", **(env_extra or {})}
+    argv = [sys.executable, "-m", "lxcfix", "explain", "-"]
+    if shell_closes_stdin:  # fd 0 closed before the interpreter starts: Python sets sys.stdin to None
+        argv = ["sh", "-c", 'exec "$@" 0<&-', "sh", *argv]
+    kw = {"input": stdin} if isinstance(stdin, bytes) else {"stdin": stdin}
+    return subprocess.run(argv, capture_output=True, env=env, timeout=60, **kw)
+
+
+def test_cli_explain_stdin_with_a_byte_that_is_not_utf8_under_a_utf8_locale():
+    """Issue 30 item 13: one non-UTF-8 byte in a pasted log was a UnicodeDecodeError, exit 3."""
+    log = b"x\xff\xfe garbage\n" + SAMPLES[5][0].encode() + b"\n\xc3(\n"
+    r = _explain_stdin(log, env_extra={"LC_ALL": "C.UTF-8", "PYTHONIOENCODING": "utf-8"})
+    assert r.returncode == 0 and r.stderr == b"", r.stderr[-500:]
+    assert r.stdout.startswith(b"Failed to initialize NVML: Unknown Error\n") and b"[LXF200]" in r.stdout
+    r = _explain_stdin(b"\xff" * 1000 + b"\n", env_extra={"LC_ALL": "C.UTF-8", "PYTHONIOENCODING": "utf-8"})
+    assert r.returncode == 0 and r.stderr == b"" and r.stdout.count(b"\n") == 1
+    assert b"no error text lxcfix knows" in r.stdout and b"\xff" not in r.stdout
+
+
+def test_cli_explain_stdin_is_read_bounded():
+    big = SAMPLES[5][0].encode() + b"\n" + b"z" * (errortexts.MAX_TEXT + 1_000_000) + b"\n" + SAMPLES[17][0].encode()
+    r = _explain_stdin(big)
+    assert r.returncode == 0 and r.stderr == b""
+    assert r.stdout.startswith(b"Failed to initialize NVML") and b"fusermount" not in r.stdout  # past the cap
+
+
+@pytest.mark.parametrize("closed", [False, True], ids=["devnull", "closed"])
+def test_cli_explain_stdin_empty_or_closed_is_one_line_exit_2(closed):
+    """Issue 30 item 13: standard input closed (`0<&-`) was an AttributeError, exit 3; /dev/null is nothing
+    to explain. Both: one clear line, exit 2, no traceback."""
+    r = _explain_stdin(None if closed else subprocess.DEVNULL, shell_closes_stdin=closed)
+    lines = r.stderr.decode().splitlines()
+    assert r.returncode == 2 and r.stdout == b"" and len(lines) == 1, r.stderr[-500:]
+    assert lines[0].startswith("lxcfix: error: explain -: ") and "Traceback" not in lines[0]
+    assert ("closed" if closed else "nothing on standard input") in lines[0]
+
