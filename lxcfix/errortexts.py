@@ -165,10 +165,13 @@ KNOWN: tuple[Known, ...] = (
         ("measured on an NVIDIA H200 (shared ground truth)",),
     ),
     Known(
-        "vaapi-22", "Device creation failed: -22", "ffmpeg (Jellyfin, Plex, Frigate: VA-API on /dev/dri/renderD128)",
+        "vaapi-22", "Device creation failed: -22",
+        "ffmpeg (Jellyfin, Plex, Frigate: VA-API or QSV on /dev/dri/renderD128)",
         (r"Device creation failed: -22", r"No VA display found for (any default )?device",
          r"Failed to initialise VAAPI connection", r"Failed to open /dev/dri/\S{1,32} as DRM device node",
-         r"Cannot open DRM render node for device", r"Cannot open a VA display from DRM device"),
+         r"Cannot open DRM render node for device", r"Cannot open a VA display from DRM device",
+         r"Failed to set value '(qsv|vaapi)[^'\n]{0,160}' for option 'init_hw_device'",
+         r"Failed to set value '/dev/dri/[^'\n]{1,64}' for option 'vaapi_device'"),
         (Cause("LXF204", "the service user (jellyfin, plex) is not allowed to open the render node: its group "
                          "inside is not the node's group, or the idmap maps it to nobody (LXF114, LXF115)"),
          Cause("LXF202", "/dev/dri/renderD128 is not passed into the container, or it is another index now "
@@ -180,7 +183,7 @@ KNOWN: tuple[Known, ...] = (
         DIAGNOSE + ": it opens the node as a render/video member inside",
         "not the media file or the codec: ffmpeg cannot create the VA-API device at all",
         ("jellyfin/jellyfin#2467", "tteck/Proxmox#3489", "jellyfin/jellyfin#8217", "jellyfin/jellyfin#9929",
-         "FFmpeg/FFmpeg libavutil/hwcontext_vaapi.c"),
+         "jellyfin/jellyfin#7280", "FFmpeg/FFmpeg libavutil/hwcontext_vaapi.c"),
         said=(
             Said("[AVHWDeviceContext @ 0x5623c11ebd40] No VA display found for device /dev/dri/renderD128. Device "
                  "creation failed: -22.", "jellyfin/jellyfin#2467"),
@@ -192,6 +195,11 @@ KNOWN: tuple[Known, ...] = (
                  "FFmpeg/FFmpeg libavutil/hwcontext_vaapi.c (vaapi_device_create)"),
             Said("[AVHWDeviceContext @ 0x5f7c1a5a90c0] Cannot open DRM render node for device 0.",
                  "FFmpeg/FFmpeg libavutil/hwcontext_vaapi.c (vaapi_device_create)"),
+            Said("Device creation failed: -542398533.\nFailed to set value 'qsv=hw' for option 'init_hw_device': "
+                 "Generic error in an external library", "jellyfin/jellyfin#7280 (QSV in a Proxmox container: the "
+                 "jellyfin user's group)"),
+            Said("Failed to set value '/dev/dri/renderD128' for option 'vaapi_device': Input/output error",
+                 "linuxserver/docker-ffmpeg#80, datarhei/restreamer#522"),
         ),
     ),
     Known(

@@ -161,7 +161,7 @@ def test_openvpn_eperm_is_the_cgroup_not_a_missing_node():
     assert missing.id == "tun-missing" and missing.causes[0].code == "LXF110"
 
 
-def test_a_proxmox_task_log_names_the_step_that_failed_not_only_its_last_line():
+def test_a_log_goes_to_the_step_that_failed_not_to_its_last_line():
     log = ("run_buffer: 571 Script exited with status 1\n"
            "safe_mount: 1425 No such file or directory - Failed to mount \"/dev/nvidia-uvm\" onto "
            "\"/usr/lib/x86_64-linux-gnu/lxc/rootfs/dev/nvidia-uvm\"\n"
@@ -171,6 +171,10 @@ def test_a_proxmox_task_log_names_the_step_that_failed_not_only_its_last_line():
            "TASK ERROR: startup for container '200' failed\n")
     assert [k.id for k in errortexts.match(log)] == ["lxc-mount-missing"]
     assert [k.id for k in errortexts.match(log.splitlines()[-1])] == ["pct-start-failed"]
+    cuda = ("[AVHWDeviceContext] cu->cuInit(0) failed -> CUDA_ERROR_NO_DEVICE: no CUDA-capable device is detected\n"
+            "Device creation failed: -542398533.\nFailed to set value 'cuda=cu:0' for option 'init_hw_device': "
+            "Generic error in an external library")
+    assert [k.id for k in errortexts.match(cuda)] == ["cuda-no-device"]  # ffmpeg's CUDA device, not VA-API's
     hook = ("hookscript error for 200 on pre-start: command '/var/lib/vz/snippets/x.sh 200 pre-start' failed: "
             "exit code 2")
     assert [k.id for k in errortexts.match(hook + "\nTASK ERROR: startup for container '200' failed")] == \
