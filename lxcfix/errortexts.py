@@ -584,10 +584,15 @@ KNOWN: tuple[Known, ...] = (
         DIAGNOSE + ": it opens the node as root and as a member of the node's group inside",
         "not the cgroup: a major:minor the cgroup denies gives 'Operation not permitted' (EPERM, LXF200), "
         "whatever the node's mode",
-        ("measured on LXC 5.0.2 and 6.0.4 (shared/design/DOMAIN.md)", "ROCm/rocminfo rocminfo.cc"),
+        ("measured on LXC 5.0.2 and 6.0.4 (shared/design/DOMAIN.md)", "ROCm/rocminfo rocminfo.cc",
+         "intel/linux-npu-driver#74"),
         generic=True, needs=("permission denied",),
-        said=(Said("Unable to open /dev/kfd read-write: Permission denied",
-                   "ROCm/rocminfo rocminfo.cc (CheckInitialState)"),),
+        said=(
+            Said("Unable to open /dev/kfd read-write: Permission denied",
+                 "ROCm/rocminfo rocminfo.cc (CheckInitialState)"),
+            Said("[ERROR] Failed to open file '/dev/accel/accel0': Permission denied",
+                 "intel/linux-npu-driver#74 (the Intel NPU: the render group)"),
+        ),
     ),
     Known(
         "enoent-open", "No such file or directory (opening a /dev node)", "any program inside the container",
