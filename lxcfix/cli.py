@@ -1060,7 +1060,7 @@ def explain(
         raise BadInput(f"no finding code '{excerpt(words[0].strip(), 40)}': lxcfix explain lists them "
                        f"({', '.join(codes.CODES)})")
     if found is None:
-        return _explain_text(sys.stdin.read(errortexts_max() + 1) if words == ["-"] else " ".join(words), as_json)
+        return _explain_text(_pasted_log(errortexts_max()) if words == ["-"] else " ".join(words), as_json)
     if as_json:
         _json({"schema": report.SCHEMA, **found.to_json()})
         return Shown("explain")
@@ -1068,6 +1068,26 @@ def explain(
     for text, role in codes.explain(found.code):
         say(text, style[role])
     return Shown("explain")
+
+
+def _pasted_log(limit: int) -> str:
+    """`explain -`: the log on standard input, read as bytes (at most `limit`; the rest is left
+    unread) and decoded as UTF-8 with a bad byte replaced, whatever the locale; a closed or
+    empty standard input is bad input."""
+    stdin = sys.stdin
+    if stdin is None:  # started with fd 0 closed (`0<&-`)
+        raise BadInput("explain -: standard input is closed: give the log on it "
+                       "(lxcfix explain - < app.log), or the text as an argument")
+    try:
+        raw = stdin.buffer.read(limit) if hasattr(stdin, "buffer") else stdin.read(limit)
+    except (OSError, ValueError) as e:  # a closed descriptor or stream
+        raise BadInput(f"explain -: standard input cannot be read ({type(e).__name__}): give the log "
+                       "on it (lxcfix explain - < app.log), or the text as an argument") from None
+    text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
+    if not text.strip():
+        raise BadInput("explain -: nothing on standard input: give the log on it "
+                       "(lxcfix explain - < app.log), or the text as an argument")
+    return text
 
 
 def errortexts_max() -> int:

@@ -6,6 +6,11 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -67,12 +72,113 @@ SAMPLES = [
      'run ollama as root, or add you user account to the render group. open /dev/kfd: operation not permitted"',
      "eperm-open"),
     ("sh: can't open '/dev/dri/card0': Permission denied", "eacces-open"),
+    # issue 29 ("The words users paste"): the texts a new user tried that were unknown
+    ("RuntimeError: CUDA driver initialization failed, you might not have a CUDA gpu.", "cuda-init"),
+    ("[AVHWDeviceContext @ 0x55ca6d404d80] Failed to initialise VAAPI connection: -1 (unknown libva error).\n"
+     "Device creation failed: -5.", "vaapi-22"),
+    ("[AVHWDeviceContext @ 0x5581] Failed to open /dev/dri/renderD128 as DRM device node.", "vaapi-22"),
+    ("nvidia-container-cli: initialization error: nvml error: driver not loaded: unknown", "nvidia-no-driver"),
+    ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA "
+     "driver is installed and running.", "nvidia-no-driver"),
+    ("fusermount: fuse device not found, try 'modprobe fuse' first", "fuse-missing"),
+    ("Error while opening serialport 'Error: Error: Permission denied, cannot open /dev/ttyUSB0'", "serial-denied"),
+    ("ValueError: Failed to load delegate from libedgetpu.so.1.0", "edgetpu"),
+    ("TASK ERROR: startup for container '200' failed", "pct-start-failed"),
+    ("mount_entry: No such file or directory - Failed to mount \"/dev/dri/renderD128\" on "
+     "\"/usr/lib/x86_64-linux-gnu/lxc/rootfs/dev/dri/renderD128\"", "lxc-mount-missing"),
+    ("hookscript error for 200 on pre-start: command '/var/lib/vz/snippets/x.sh 200 pre-start' failed: exit code 1",
+     "hookscript-failed"),
+    ("ERROR: Cannot open TUN/TAP dev /dev/net/tun: Operation not permitted (errno=1)", "tun-denied"),
+    ("qemu-system-x86_64: failed to initialize kvm: No such file or directory", "kvm-missing"),
+    ("E RKNN: [21:14:26.243] failed to open rknpu module, need to insmod rknpu dirver!", "rknpu"),
+    ("Error while opening serialport 'Error: Error: No such file or directory, cannot open /dev/ttyACM0'",
+     "enoent-open"),
+]
+
+# what printed it, the errno it names -> the row (the errno picks the cause: EPERM the cgroup, EACCES the
+# owner, group, mode or idmap, ENOENT a node that is not there)
+BY_ERRNO = [
+    ("ERROR: Cannot open TUN/TAP dev /dev/net/tun: No such file or directory (errno=2)", "tun-missing"),
+    ("ERROR: Cannot open TUN/TAP dev /dev/net/tun: Operation not permitted (errno=1)", "tun-denied"),
+    ("ERROR: Cannot open TUN/TAP dev /dev/net/tun: Permission denied (errno=13)", "eacces-open"),
+    ("fusermount: fuse device not found, try 'modprobe fuse' first", "fuse-missing"),
+    ("fusermount: failed to open /dev/fuse: Operation not permitted", "fuse-denied"),
+    ("fusermount: failed to open /dev/fuse: Permission denied", "eacces-open"),
+    ("Could not access KVM kernel module: No such file or directory", "kvm-missing"),
+    ("Could not access KVM kernel module: Operation not permitted", "eperm-open"),
+    ("Could not access KVM kernel module: Permission denied", "eacces-open"),
+    ("Error: Error: No such file or directory, cannot open /dev/ttyUSB0", "enoent-open"),
+    ("Error: Error: Operation not permitted, cannot open /dev/ttyUSB0", "eperm-open"),
+    ("Error: Error: Permission denied, cannot open /dev/ttyUSB0", "serial-denied"),
+    ("could not open port /dev/ttyUSB0: [Errno 2] No such file or directory: '/dev/ttyUSB0'", "enoent-open"),
+    ("PermissionError: [Errno 1] Operation not permitted: '/dev/ttyACM0'", "eperm-open"),
+    ("could not open port /dev/ttyACM0: [Errno 13] Permission denied: '/dev/ttyACM0'", "serial-denied"),
+    ("Unable to open /dev/kfd read-write: No such file or directory", "kfd-missing"),
+    ("Unable to open /dev/kfd read-write: Operation not permitted", "eperm-open"),
+    ("Unable to open /dev/kfd read-write: Permission denied", "eacces-open"),
 ]
 
 
 @pytest.mark.parametrize("text,want", SAMPLES)
 def test_each_sample_is_known_as_its_row(text, want):
     assert [k.id for k in errortexts.match(text)] == [want]
+
+
+SAID = [(k.id, w) for k in errortexts.KNOWN for w in k.said]
+
+
+@pytest.mark.parametrize("want,said", SAID, ids=[f"{want}-{i}" for i, (want, _) in enumerate(SAID)])
+def test_each_wording_in_the_catalog_is_known_as_its_row(want, said):
+    """Every real wording the data carries, as its program prints it, goes to the row it sits in."""
+    assert [k.id for k in errortexts.match(said.text)] == [want]
+    # the same line inside a pasted log, between other lines
+    assert [k.id for k in errortexts.match(f"noise before\n{said.text}\nnoise after\n")] == [want]
+
+
+def test_the_catalog_carries_forty_real_wordings_each_with_its_source():
+    texts = [w.text for _, w in SAID]
+    assert len(texts) >= 40 and len(set(texts)) == len(texts)
+    for want, w in SAID:
+        # a repository and its file ("owner/repo path/file"), or a public report ("owner/repo#N")
+        assert re.search(r"[\w.-]+/[\w.-]+(#\d+| [\w./-]+\.\w+)", w.source), (want, w.source)
+    families = {"cuda": "cuda-unknown", "nvml": "nvml-unknown", "rocm": "kfd-missing", "vaapi": "vaapi-22",
+                "edgetpu": "edgetpu", "npu": "rknpu", "tun": "tun-denied", "fuse": "fuse-missing",
+                "kvm": "kvm-missing", "serial": "serial-denied", "proxmox": "pct-start-failed"}
+    assert set(families.values()) <= {want for want, _ in SAID}
+
+
+@pytest.mark.parametrize("text,want", BY_ERRNO)
+def test_the_errno_a_text_names_picks_the_row(text, want):
+    assert [k.id for k in errortexts.match(text)] == [want]
+
+
+def test_openvpn_eperm_is_the_cgroup_not_a_missing_node():
+    """Issue 29: `Cannot open TUN/TAP dev /dev/net/tun: Operation not permitted (errno=1)` got the row
+    titled "does not exist"; EPERM is the cgroup."""
+    (k,) = errortexts.match("ERROR: Cannot open TUN/TAP dev /dev/net/tun: Operation not permitted (errno=1)")
+    assert "does not exist" not in k.says and k.causes[0].code == "LXF100"
+    (missing,) = errortexts.match("ERROR: Cannot open TUN/TAP dev /dev/net/tun: No such file or directory (errno=2)")
+    assert missing.id == "tun-missing" and missing.causes[0].code == "LXF110"
+
+
+def test_a_log_goes_to_the_step_that_failed_not_to_its_last_line():
+    log = ("run_buffer: 571 Script exited with status 1\n"
+           "safe_mount: 1425 No such file or directory - Failed to mount \"/dev/nvidia-uvm\" onto "
+           "\"/usr/lib/x86_64-linux-gnu/lxc/rootfs/dev/nvidia-uvm\"\n"
+           "lxc_setup: 3948 Failed to run autodev hooks\n"
+           "do_start: 1273 Failed to setup container \"200\"\n"
+           "__lxc_start: 2114 Failed to spawn container \"200\"\n"
+           "TASK ERROR: startup for container '200' failed\n")
+    assert [k.id for k in errortexts.match(log)] == ["lxc-mount-missing"]
+    assert [k.id for k in errortexts.match(log.splitlines()[-1])] == ["pct-start-failed"]
+    cuda = ("[AVHWDeviceContext] cu->cuInit(0) failed -> CUDA_ERROR_NO_DEVICE: no CUDA-capable device is detected\n"
+            "Device creation failed: -542398533.\nFailed to set value 'cuda=cu:0' for option 'init_hw_device': "
+            "Generic error in an external library")
+    assert [k.id for k in errortexts.match(cuda)] == ["cuda-no-device"]  # ffmpeg's CUDA device, not VA-API's
+    hook = ("hookscript error for 200 on pre-start: command '/var/lib/vz/snippets/x.sh 200 pre-start' failed: "
+            "exit code 2")
+    assert [k.id for k in errortexts.match(hook + "\nTASK ERROR: startup for container '200' failed")] == \
+        ["hookscript-failed"]
 
 
 def test_every_row_has_a_sample_a_source_and_causes_that_exist():
@@ -177,6 +283,15 @@ def test_every_pattern_repeats_a_bounded_number_of_times():
     assert _unbounded(r"open\S* /dev/") == ["{0,}"] and _unbounded(r"(a|b+)c") == ["{1,}"]
 
 
+def test_a_rows_quick_reject_words_are_spelled_out_by_every_one_of_its_patterns():
+    """`needs` skips a row whose words the paste lacks: only sound when no pattern can match without them."""
+    assert {k.id for k in errortexts.KNOWN if k.needs} == {"eperm-open", "eacces-open", "enoent-open"}
+    for k in errortexts.KNOWN:
+        assert all(w == w.lower() for w in k.needs), k.id
+        for p in k.patterns if k.needs else ():
+            assert any(w in p.lower() for w in k.needs), (k.id, p)
+
+
 HOSTILE = ["open" * 65536, "/dev/" * 52428, "can't open /dev/" * 16384, "\n" * 262144, " \n" * 131072,
            "cuInit(0)" * 29127, "CreateTUN" * 29127, "reopen fd " + "1" * 262000, "open /dev/" + "x" * 262000]
 
@@ -188,3 +303,49 @@ def test_a_hostile_paste_of_the_largest_size_is_matched_without_stalling():
     for text in HOSTILE:
         assert len(text) <= errortexts.MAX_TEXT and errortexts.match(text) == []
     assert time.monotonic() - start < 20  # a hang guard, not a figure: about 1 s here; it was minutes
+
+
+def _explain_stdin(stdin, shell_closes_stdin=False, env_extra=None):
+    """The real CLI, `python -m lxcfix explain -`, as a subprocess with the given standard input."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "NO_COLOR": "1", **(env_extra or {})}
+    argv = [sys.executable, "-m", "lxcfix", "explain", "-"]
+    if shell_closes_stdin:  # fd 0 closed before the interpreter starts: Python sets sys.stdin to None
+        argv = ["sh", "-c", 'exec "$@" 0<&-', "sh", *argv]
+    kw = {"input": stdin} if isinstance(stdin, bytes) else {"stdin": stdin}
+    return subprocess.run(argv, capture_output=True, env=env, timeout=60, **kw)
+
+
+def test_cli_explain_stdin_with_a_byte_that_is_not_utf8_under_a_utf8_locale():
+    """Issue 30 item 13: one non-UTF-8 byte in a pasted log was a UnicodeDecodeError, exit 3."""
+    log = b"x\xff\xfe garbage\n" + SAMPLES[5][0].encode() + b"\n\xc3(\n"
+    r = _explain_stdin(log, env_extra={"LC_ALL": "C.UTF-8", "PYTHONIOENCODING": "utf-8"})
+    assert r.returncode == 0 and r.stderr == b"", r.stderr[-500:]
+    assert r.stdout.startswith(b"Failed to initialize NVML: Unknown Error\n") and b"[LXF200]" in r.stdout
+    r = _explain_stdin(b"\xff" * 1000 + b"\n", env_extra={"LC_ALL": "C.UTF-8", "PYTHONIOENCODING": "utf-8"})
+    assert r.returncode == 0 and r.stderr == b"" and r.stdout.count(b"\n") == 1
+    assert b"no error text lxcfix knows" in r.stdout and b"\xff" not in r.stdout
+
+
+def test_cli_explain_stdin_is_read_bounded():
+    big = SAMPLES[5][0].encode() + b"\n" + b"z" * (errortexts.MAX_TEXT + 1_000_000) + b"\n" + SAMPLES[17][0].encode()
+    r = _explain_stdin(big)
+    assert r.returncode == 0 and r.stderr == b""
+    assert r.stdout.startswith(b"Failed to initialize NVML") and b"fusermount" not in r.stdout  # past the cap
+
+
+@pytest.mark.parametrize("closed", [False, True], ids=["devnull", "closed"])
+def test_cli_explain_stdin_empty_or_closed_is_one_line_exit_2(closed):
+    """Issue 30 item 13: standard input closed (`0<&-`) was an AttributeError, exit 3; /dev/null is nothing
+    to explain. Both: one clear line, exit 2, no traceback."""
+    r = _explain_stdin(None if closed else subprocess.DEVNULL, shell_closes_stdin=closed)
+    lines = r.stderr.decode().splitlines()
+    assert r.returncode == 2 and r.stdout == b"" and len(lines) == 1, r.stderr[-500:]
+    assert lines[0].startswith("lxcfix: error: explain -: ") and "Traceback" not in lines[0]
+    assert ("closed" if closed else "nothing on standard input") in lines[0]
+
+
+def test_cli_json_gives_each_entry_its_wordings_and_sources(capsys, monkeypatch):
+    rc, out, _ = run(capsys, "explain", "--json", "fusermount: fuse device not found, try 'modprobe fuse' first")
+    (k,) = json.loads(out)["known"]
+    assert rc == 0 and k["id"] == "fuse-missing"
+    assert {"text": "fuse: device not found, try 'modprobe fuse' first", "source": "lxc/lxc#80"} in k["said"]
