@@ -616,8 +616,10 @@ CODES: dict[str, Code] = {c.code: c for c in (
         "the kernel numbers devices on a bus in the order they appear.",
         (("any", "Pass the bus directory and allow the USB major: `lxc.mount.entry: /dev/bus/usb/BBB "
                  "dev/bus/usb/BBB none bind,optional,create=dir` and `lxc.cgroup2.devices.allow: c 189:* rwm` "
-                 "(every USB device on that host's buses becomes openable by the container's root; "
-                 "narrow the mount to the bus the device is on). A devN entry cannot pass a directory."),),
+                 "(cgroup2 rules have no minor ranges: that rule allows every USB device on every bus of the host; "
+                 "a privileged container's root can mknod another bus's node and open it, an unprivileged one "
+                 "only opens the nodes mounted in; for one bus only, allow its 128 minors one rule each, "
+                 "(BBB-1)*128 to (BBB-1)*128+127). A devN entry cannot pass a directory."),),
         "A device that never re-enumerates and is never unplugged (rare for USB).",
         family="hygiene", subject=("device", "line"),
     ),
