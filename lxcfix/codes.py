@@ -872,8 +872,9 @@ CODES: dict[str, Code] = {c.code: c for c in (
         "LXF223", "warning",
         "inner container: cannot be probed",
         "An inner container asked for with `--inner` could not be probed: no running inner container of that "
-        "name, `docker exec`/`podman exec`/`runc exec` failed (no sh inside, the daemon not answering), or the "
-        "probe did not answer within its deadline.",
+        "name, `docker exec`/`podman exec`/`runc exec` failed (no sh inside, the daemon not answering), the "
+        "probe did not answer within its deadline, or the budget of one LXC container's inner probes was "
+        "spent (16 probed, 60 s, 4 MiB of output together: the rest is one finding, \"not checked: budget\").",
         "The exec's own exit status and output (bounded), or the names the LXC container's probe listed.",
         (("any", "`lxcfix diagnose --ct CT` lists the inner containers it found (LXF224); an image without "
                  "/bin/sh cannot be probed this way."),),

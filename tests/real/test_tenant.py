@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -139,3 +140,50 @@ def test_a_read_only_share_of_an_unprivileged_container_is_the_tenants_too(world
         assert (seen.major, seen.minor) == (1, 11), seen  # the host's kernel log's node, inside
     finally:
         c.destroy()
+
+
+# ---------------------------------------------------------------- a tenant's runtime lists 256 (item 3)
+
+RUNC = os.path.realpath(shutil.which("runc") or "/usr/sbin/runc").lstrip("/")
+LIST_256 = 'i=0; while [ $i -lt 256 ]; do echo "c$i"; i=$((i+1)); done'
+EXECS = {
+    "sleeps": "exec sleep 600",
+    "prints 1 MiB": "head -c 1048576 /dev/zero | tr '\\0' x; echo",
+}
+
+
+@pytest.mark.skipif(not os.path.exists("/" + RUNC), reason="runc not installed on the host's /usr")
+@pytest.mark.parametrize("exec_does", sorted(EXECS))
+def test_a_tenants_runtime_listing_256_inner_containers_is_bounded(exec_does, container_factory, tun, env, tmp_path):
+    """Before: `scan --inner all` probed all 256 one after another, 30 s each when the exec sleeps
+    (2 h 11 min), and kept each raw output (1 GiB when each prints 1 MiB). Now: one budget per LXC
+    container (16 probed, LXCFIX_INNER_DEADLINE, 4 MiB), the rest one LXF223, the neighbour reported."""
+    from .cli import TUN_MOUNT
+    from .hostile import hostile_script, lxcfix_limited, over
+
+    script = hostile_script(tmp_path, "runc", f'case "$3" in\nlist) {LIST_256} ;;\nexec) {EXECS[exec_does]} ;;\nesac')
+    name = harness.new_name()
+    bad = container_factory([TUN_MOUNT, *over(script, RUNC)], name=name, start=False)
+    os.makedirs(os.path.join(bad.rootfs, "run/runc"), exist_ok=True)  # where the probe asks runc
+    bad.start()
+    good = container_factory([TUN_MOUNT])
+    deadline = 8
+    started = time.monotonic()
+    r = lxcfix_limited({**env, "LXCFIX_INNER_DEADLINE": str(deadline)}, "scan", "--inner", "all",
+                       "--ct", bad.name, "--ct", good.name, "--json", timeout=300)
+    took = time.monotonic() - started
+    assert r.returncode in (0, 1), r.stderr.decode(errors="replace")[-2000:]
+    doc = json.loads(r.stdout)
+    by_ct = {c["ct"]: c for c in doc["containers"]}
+    assert {"LXF100", "LXF200"} <= {f["code"] for f in by_ct[good.name]["findings"]}  # the neighbour
+    mine = by_ct[bad.name]["findings"]
+    listed = [f for f in mine if f["code"] == "LXF224"]
+    assert listed and listed[0]["message"].startswith(f"CT {bad.name} runs 256 inner container(s)")
+    cut = [f for f in mine if f["code"] == "LXF223" and "not checked: budget" in f["message"]]
+    assert len(cut) == 1, [f["message"] for f in mine if f["code"] == "LXF223"]
+    probed = [f for f in mine if f["code"] == "LXF223" and "not checked: budget" not in f["message"]]
+    assert len(probed) <= 16
+    # the bad container's inner probes end within their deadline (one probe may overrun it by
+    # the kill's own time); the rest is the outer probes and lxcfix's own start
+    assert took < deadline + 25, took
+    print(f"\n{exec_does}: scan --inner all took {took:.1f}s; {len(probed)} probed, then: {cut[0]['message'][:120]}")
