@@ -49,7 +49,8 @@ def run_probe(enter: Transport, ct: str, paths: list[str], access=(), *,
               timeout: float | None = None, max_output: int | None = None) -> ProbeResult:
     """The probe through `enter` (the container's transport), at most `timeout` seconds
     (container_timeout(): 30, LXCFIX_PROBE_TIMEOUT) and container_output_max() bytes of
-    output (1 MiB, LXCFIX_PROBE_MAX_OUTPUT: the command is killed past that). access:
+    output (1 MiB, LXCFIX_PROBE_MAX_OUTPUT, or `max_output`, what a caller's budget has left:
+    the command is killed past that). access:
     (group, path) pairs for its group-access check (rules.access.requests). Raises
     ProbeFailed, nothing else, for a probe that could not run or timed out."""
     timeout = timeout if timeout is not None else container_timeout()
