@@ -89,9 +89,12 @@ def _target(req: dict):
 
 
 def _asks(req: dict) -> frozenset:
+    from .rules.access import MAP_GROUP, checked_map_group
+
     asks = req.get("asks", [])
-    if not isinstance(asks, list) or not all(a in ("write-subgid", "mode-0666") for a in asks):
-        raise BadInput("agent request: asks must be a list of write-subgid, mode-0666")
+    if not isinstance(asks, list) or not all(isinstance(a, str) and (a in ("write-subgid", "mode-0666") or (
+            a.startswith(MAP_GROUP) and checked_map_group(a[len(MAP_GROUP):]))) for a in asks):
+        raise BadInput("agent request: asks must be a list of write-subgid, mode-0666, map-group:NAME")
     return frozenset(asks)
 
 

@@ -23,6 +23,7 @@ from . import __version__, devices, repair
 from .errors import BadInput, ExitCode, LxcfixError, Unreachable
 from .gather import host_facts
 from .model import CtReport, HostReport
+from .rules.access import MAP_GROUP, checked_map_group
 from .outcome import Applied, Audited, Hooked, Planned, Rolled, Scanned, Shown
 
 OUTCOMES = (Applied, Audited, Hooked, Planned, Rolled, Scanned, Shown)
@@ -316,8 +317,15 @@ Mode0666Opt = typer.Option(False, "--mode-0666",
                                 "can open them) instead of the container's group.")
 
 
-def _asks(write_subgid: bool, mode_0666: bool) -> frozenset:
-    return frozenset(name for name, on in (("write-subgid", write_subgid), ("mode-0666", mode_0666)) if on)
+MapGroupOpt = typer.Option(None, "--map-group", metavar="GROUP",
+                           help="A host group (by name) a group-access fix may map into the container although "
+                                "it is not the device node's own group (kvm, docker...: it grants access on the "
+                                "host). Root, adm, disk, kmem, sudo and shadow are never mapped.")
+
+
+def _asks(write_subgid: bool, mode_0666: bool, map_group: Optional[List[str]] = None) -> frozenset:
+    named = frozenset(f"{MAP_GROUP}{checked_map_group(g)}" for g in map_group or ())
+    return named | frozenset(name for name, on in (("write-subgid", write_subgid), ("mode-0666", mode_0666)) if on)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -508,17 +516,18 @@ def diagnose(
 def plan(
     ct: str = CtOpt, host: Optional[List[str]] = HostOpt, root: Optional[str] = RootOpt, style: str = StyleOpt,
     write_subgid: bool = WriteSubgidOpt, mode_0666: bool = Mode0666Opt,
+    map_group: Optional[List[str]] = MapGroupOpt,
     inventory: Optional[str] = InventoryOpt,
     known_hosts: Optional[str] = KnownHostsOpt, ssh_config: Optional[str] = SshConfigOpt,
 ):
     """Print the fix as a unified diff of the config (nothing when there is nothing to do)."""
     if inventory is not None:
         entry = _one_fleet_host(inventory, host, root, "plan --ct")
-        req = {"op": "plan", "ct": ct, "style": style, "asks": sorted(_asks(write_subgid, mode_0666))}
+        req = {"op": "plan", "ct": ct, "style": style, "asks": sorted(_asks(write_subgid, mode_0666, map_group))}
         return Rolled(_changes([entry], req, _agent_for(known_hosts, ssh_config),
                                show=lambda r: _print_run(r, diff=True)))
     target = repair.open_target(root, host)
-    _, c = repair.one(target, ct, style, asks=_asks(write_subgid, mode_0666), editable=True)
+    _, c = repair.one(target, ct, style, asks=_asks(write_subgid, mode_0666, map_group), editable=True)
     say(f"style: {c.plan.style} ({c.plan.style_reason})", "dim", err)
     if not c.plan.is_empty:
         _print_diff(c.plan.diff())
@@ -546,6 +555,7 @@ def apply(
     live: bool = typer.Option(False, "--live", help="Fix the running container in place, without a restart."),
     style: str = StyleOpt,
     write_subgid: bool = WriteSubgidOpt, mode_0666: bool = Mode0666Opt,
+    map_group: Optional[List[str]] = MapGroupOpt,
     serial: int = typer.Option(1, "--serial", metavar="N", min=1, max=256,
                                help="With --inventory: hosts changed at once (default 1: one after another)."),
     max_fail: int = typer.Option(0, "--max-fail", metavar="N", min=0,
@@ -563,12 +573,12 @@ def apply(
         raise BadInput("--live changes a running container in place: not with --root or --no-restart")
     if inventory is not None or all_:
         return _apply_many(ct, host, root, inventory, dry_run=dry_run, yes=yes, restart=not no_restart, live=live,
-                           style=style, asks=_asks(write_subgid, mode_0666), serial=serial, max_fail=max_fail,
+                           style=style, asks=_asks(write_subgid, mode_0666, map_group), serial=serial, max_fail=max_fail,
                            known_hosts=known_hosts, ssh_config=ssh_config, as_json=as_json)
     if as_json:
         raise BadInput("--json: with --inventory or --all (one container's apply prints its diff and steps)")
     target = repair.open_target(root, host)
-    rep, c = repair.one(target, ct, style, probe=live, asks=_asks(write_subgid, mode_0666), editable=True)
+    rep, c = repair.one(target, ct, style, probe=live, asks=_asks(write_subgid, mode_0666, map_group), editable=True)
     p = c.plan
     if p.is_empty:
         say(f"CT {ct}: nothing to change")

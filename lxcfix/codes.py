@@ -616,8 +616,10 @@ CODES: dict[str, Code] = {c.code: c for c in (
         "the kernel numbers devices on a bus in the order they appear.",
         (("any", "Pass the bus directory and allow the USB major: `lxc.mount.entry: /dev/bus/usb/BBB "
                  "dev/bus/usb/BBB none bind,optional,create=dir` and `lxc.cgroup2.devices.allow: c 189:* rwm` "
-                 "(every USB device on that host's buses becomes openable by the container's root; "
-                 "narrow the mount to the bus the device is on). A devN entry cannot pass a directory."),),
+                 "(cgroup2 rules have no minor ranges: that rule allows every USB device on every bus of the host; "
+                 "a privileged container's root can mknod another bus's node and open it, an unprivileged one "
+                 "only opens the nodes mounted in; for one bus only, allow its 128 minors one rule each, "
+                 "(BBB-1)*128 to (BBB-1)*128+127). A devN entry cannot pass a directory."),),
         "A device that never re-enumerates and is never unplugged (rare for USB).",
         family="hygiene", subject=("device", "line"),
     ),
@@ -641,13 +643,14 @@ CODES: dict[str, Code] = {c.code: c for c in (
         "LXF160", "error",
         "a device passed in from a directory the container can write",
         "A bind mount, `devN:` entry or path-form rule whose source lies under the container's rootfs, "
-        "an `mpN:` volume or a directory bind-mounted read-write (any form: plain `bind`, `bind,rw`, "
+        "an `mpN:` volume or a directory bind-mounted in (any form: plain `bind`, `bind,rw`, "
         "`rbind`, `create=dir`, idmapped or not, from the config, an include or an `lxc.mount.fstab` "
-        "file): root inside can replace that path with any device node it likes (mknod), or with a "
+        "file; `ro` or `ro=1` too: root inside remounts it read-write with `mount -o remount,rw,bind`, "
+        "privileged or not, as LXC makes the bind in the container's own user namespace): root inside can replace that path with any device node it likes (mknod), or with a "
         "symlink to a host device that LXC and Proxmox follow at the next start, so the tenant, not "
         "the admin, chooses what the container gets. lxcfix allows nothing for it in any style (no "
         "rule, no devN).",
-        "The config's writable host directories (rootfs, mpN, every read-write bind of a directory, "
+        "The config's writable host directories (rootfs, mpN, every bind of a directory, read-only too, "
         "fstab files and includes followed) against each device source, by path (lstat, never "
         "followed). Measured: a node the tenant made (c 1:11) still gives EPERM, since no rule is "
         "planned for it; a symlink to /dev/kmsg in a plainly bind-mounted directory stays denied "
@@ -655,8 +658,8 @@ CODES: dict[str, Code] = {c.code: c for c in (
         (("any", "Pass the device from the host's /dev (`lxc.mount.entry: /dev/dri/renderD128 "
                  "dev/dri/renderD128 none bind,optional,create=file` or `devN: /dev/dri/renderD128`), never "
                  "from a path inside the container's own storage."),),
-        "A directory the admin knows is read-only to the container (a read-only bind mount of a host "
-        "directory the tenant cannot write is already excluded; a read-write bind of a directory whose "
+        "A directory the admin knows the container cannot write (a bind, read-only or not, of a "
+        "directory whose "
         "mode keeps an unprivileged container's mapped root out is still counted: lxcfix judges the "
         "mount, not the directory's owner).",
         family="tenant", subject=("device", "line"),
@@ -869,8 +872,9 @@ CODES: dict[str, Code] = {c.code: c for c in (
         "LXF223", "warning",
         "inner container: cannot be probed",
         "An inner container asked for with `--inner` could not be probed: no running inner container of that "
-        "name, `docker exec`/`podman exec`/`runc exec` failed (no sh inside, the daemon not answering), or the "
-        "probe did not answer within its deadline.",
+        "name, `docker exec`/`podman exec`/`runc exec` failed (no sh inside, the daemon not answering), the "
+        "probe did not answer within its deadline, or the budget of one LXC container's inner probes was "
+        "spent (16 probed, 60 s, 4 MiB of output together: the rest is one finding, \"not checked: budget\").",
         "The exec's own exit status and output (bounded), or the names the LXC container's probe listed.",
         (("any", "`lxcfix diagnose --ct CT` lists the inner containers it found (LXF224); an image without "
                  "/bin/sh cannot be probed this way."),),

@@ -321,7 +321,7 @@ def effective(cfg: CtConfig, facts: HostFacts, load: Loader) -> Effective:
     # a devN, or allows a path can take a device from a directory the tenant writes.
     path_rules = any(verb == "allow" and v.lstrip()[:1] == "/" for verb, v, _ in rule_lines[shared:])
     own_binds = any(m.is_bind and m.index is not None and m.source.startswith("/") for m in mounts)
-    found = _writable(cfg, items, mounts, facts) if own_binds or devn_t or path_rules else ()
+    found = _writable(cfg, items, mounts, facts, not unprivileged) if own_binds or devn_t or path_rules else ()
     writable = tuple(p for p, _ in found)
     given, tenant = [], []
     for g in _given(mounts, devn_t, facts, writable):
@@ -383,7 +383,10 @@ def _norm(path: str) -> str:
 
 def writable_mount(m: Mount, facts: HostFacts | None = None) -> bool:
     """A bind mount that gives the container a host directory to write: any bind (plain
-    `bind`, `bind,rw`, `rbind`, `create=dir`, idmapped or not) without `ro`, of a directory.
+    `bind`, `bind,rw`, `rbind`, `create=dir`, idmapped or not, `ro` or not) of a directory.
+    `ro` protects nothing: the container's root remounts it read-write (`mount -o
+    remount,rw,bind`), privileged (CAP_SYS_ADMIN) or not (LXC makes the bind inside the
+    container's own user namespace, so the kernel does not lock it: measured, LXC 5.0.2).
     What is not a directory: a `create=file` mount, a node the host walk found at the source,
     a mount into the container's dev/ that does not say create=dir (a device mount)."""
     known = _writable_by_entry(m.source, m.target, m.options)
@@ -395,7 +398,7 @@ def writable_mount(m: Mount, facts: HostFacts | None = None) -> bool:
 @functools.lru_cache(maxsize=4096)  # a host's configs repeat the same few mount entries
 def _writable_by_entry(source: str, target: str, options: tuple[str, ...]) -> bool | None:
     """writable_mount from the entry alone; None: it depends on what the host has at the source."""
-    if not ("bind" in options or "rbind" in options) or not source.startswith("/") or "ro" in options:
+    if not ("bind" in options or "rbind" in options) or not source.startswith("/"):
         return False
     src = _norm(source)
     if any(src == k or src.startswith(k + "/") for k in _KERNEL_FS) or src == "/":
@@ -407,14 +410,23 @@ def _writable_by_entry(source: str, target: str, options: tuple[str, ...]) -> bo
     return None
 
 
+# Why a read-only bind is the tenant's all the same, by the kind of container.
+_REMOUNT = "its root remounts it read-write (mount -o remount,rw,bind)"
+_RO_PRIVILEGED = f"{_REMOUNT}: `ro` protects nothing in a privileged container (CAP_SYS_ADMIN)"
+_RO_UNPRIVILEGED = (f"{_REMOUNT}: LXC makes the bind inside the container's own user namespace, so the kernel "
+                    "does not lock it read-only (no MNT_LOCK_READONLY)")
+_MP_RO_UNPRIVILEGED = ("whether the kernel locks it read-only (MNT_LOCK_READONLY) is not checked: counted as "
+                       "the tenant's")
+
+
 def _writable(cfg: CtConfig, items: list[tuple[str, str, str]], mounts: tuple[Mount, ...],
-              facts: HostFacts | None) -> tuple[tuple[str, str], ...]:
+              facts: HostFacts | None, privileged: bool = True) -> tuple[tuple[str, str], ...]:
     """(host directory, how the container writes it) for each directory the container can
     write: its rootfs (lxc.rootfs.path, Proxmox's `rootfs:` when it is a directory, and
     /var/lib/lxc/<ct>/rootfs where LXC and Proxmox keep it), Proxmox bind mount points
-    (`mpN: /host/dir,mp=...` without ro), and directories bind-mounted in read-write by
-    lxc.mount.entry, an include or an lxc.mount.fstab file (writable_mount). A device
-    node under one of them is whatever the tenant puts there."""
+    (`mpN: /host/dir,mp=...`, ro=1 too), and directories bind-mounted in by lxc.mount.entry,
+    an include or an lxc.mount.fstab file (writable_mount: `ro` too). A device node under
+    one of them is whatever the tenant puts there."""
     out: list[tuple[str, str]] = []
     base = posixpath.basename(cfg.path or "")
     if cfg.flavor == "pve":
@@ -425,9 +437,11 @@ def _writable(cfg: CtConfig, items: list[tuple[str, str, str]], mounts: tuple[Mo
             if key == "rootfs" or (key.startswith("mp") and key[2:].isascii() and key[2:].isdigit()):
                 volume, *opts = value.split(",")
                 ro = any(o.strip() in _RO for o in opts)
-                if volume.strip().startswith("/") and (key == "rootfs" or not ro):
+                if volume.strip().startswith("/"):
                     out.append((volume.strip(), "the container's rootfs" if key == "rootfs"
-                                else f"{key}: bind-mounts it read-write"))
+                                else f"{key}: bind-mounts it read-write" if not ro
+                                else f"{key}: bind-mounts it read-only (ro=1), but "
+                                + (_RO_PRIVILEGED if privileged else _MP_RO_UNPRIVILEGED)))
     elif cfg.path:
         out.append((posixpath.join(posixpath.dirname(cfg.path), "rootfs"), "the container's rootfs"))
     for key, value, _ in items:
@@ -444,7 +458,9 @@ def _writable(cfg: CtConfig, items: list[tuple[str, str, str]], mounts: tuple[Mo
         if writable_mount(m, facts):
             where = f"lxc.mount.entry at {m.origin}" if not m.origin.startswith("fstab ") else \
                 f"lxc.mount.fstab ({m.origin[6:]})"
-            out.append((m.source, f"{where} bind-mounts it read-write ({','.join(m.options)})"))
+            out.append((m.source, f"{where} bind-mounts it read-write ({','.join(m.options)})" if "ro" not in m.options
+                        else f"{where} bind-mounts it read-only ({','.join(m.options)}), but "
+                        + (_RO_PRIVILEGED if privileged else _RO_UNPRIVILEGED)))
     roots: dict[str, str] = {}
     for p, how in out:
         p = _norm(p)

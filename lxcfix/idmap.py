@@ -126,14 +126,18 @@ DEDICATED_GIDS = {"dialout": 20, "video": 44}
 SYSTEM_GID_MAX = 99  # Debian: 0-99 are base-passwd's static system groups
 
 
-def host_gid_refusal(gid: int, node_group: str | None, host_groups: dict | None = None) -> str | None:
+def host_gid_refusal(gid: int, node_group: str | None, host_groups: dict | None = None,
+                     named: Iterable[str] = ()) -> str | None:
     """Why the host's group `gid` must never be mapped into a container (None: it may be).
 
     Refused: gid 0; the groups Debian reserves for privileged access (root, adm, disk, kmem,
     sudo, shadow), by their name in the host's /etc/group (`host_groups`, {name: gid}, None
-    when it could not be read) and by their usual gids; and any other gid under 100 unless
-    it is the node's own group (`node_group`: render, video, dialout), by name, or by its
-    Debian gid where the host's names are not known."""
+    when it could not be read) and by their usual gids, whatever the admin names; any other
+    gid under 100 unless it is the node's own group (`node_group`: render, video, dialout), by
+    name, or by its Debian gid where the host's names are not known; and any group the host's
+    /etc/group names that is not the node's own (kvm, docker, systemd-journal, ssl-cert: each
+    grants something on the host), unless the admin named it (`named`: `--map-group NAME`).
+    A gid the host's /etc/group does not name is no group of the host's: it may be mapped."""
     names = {g: n for n, g in (host_groups or {}).items() if isinstance(g, int)}
     name = names.get(gid)
     if gid == 0:
@@ -143,12 +147,17 @@ def host_gid_refusal(gid: int, node_group: str | None, host_groups: dict | None 
             return f"host gid {gid} is the host's {priv} group, which grants privileged access on the host"
     if name in PRIVILEGED_GROUPS:
         return f"host gid {gid} is the host's {name} group, which grants privileged access on the host"
+    own = node_group is not None and (name == node_group or (name is None and DEDICATED_GIDS.get(node_group) == gid))
+    if own or (name is not None and name in set(named)):
+        return None
     if gid <= SYSTEM_GID_MAX:
-        if node_group is not None and (name == node_group or (name is None and DEDICATED_GIDS.get(node_group) == gid)):
-            return None
         shown = f" ({name})" if name else ""
         return (f"host gid {gid}{shown} is a system group (under 100), not the node's own "
                 f"{node_group or 'device'} group")
+    if name is not None:
+        return (f"host gid {gid} is the host's {name} group, not the node's own {node_group or 'device'} group: "
+                f"mapped in, the container's root gets {name}'s access on the host (map it only if you mean "
+                f"it: --map-group {name})")
     return None
 
 

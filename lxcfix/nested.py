@@ -34,6 +34,14 @@ from .model import Finding, Fix, ProbeNode, ProbeResult
 RUNTIMES = ("docker", "podman", "runc")
 RUNC_ROOT = "/run/runc"  # runc's state dir as root (what `runc list` reads by default)
 MAX_INNER = 256  # inner containers read from one probe's output at most
+# What the inner probes of one LXC container may cost in all, whatever it lists (a tenant's
+# `docker ps` names 256, each `docker exec` sleeping or printing 1 MiB): at most INNER_PROBED
+# probed, within INNER_DEADLINE seconds (LXCFIX_INNER_DEADLINE) and INNER_OUTPUT bytes of
+# output together; each output is parsed and dropped as it comes, and the rest is one LXF223,
+# "not checked: budget".
+INNER_PROBED = 16
+INNER_DEADLINE = 60.0
+INNER_OUTPUT = 4 * 1024 * 1024
 # Docker and Podman names ([a-zA-Z0-9][a-zA-Z0-9_.-]*), runc ids ([\w+-.]+), bounded.
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,127}")
 _ID = re.compile(r"[0-9a-f]{12,64}|-")
@@ -55,11 +63,27 @@ class Inner:
 
 @dataclass(frozen=True)
 class InnerSeen:
-    """What the probe saw inside one inner container (probe), or why it could not run (error)."""
+    """What the probe saw inside one inner container (probe), or why it could not run (error).
+    rest: the inner containers after this one that the budget left unprobed too (same error)."""
 
     inner: Inner
     probe: ProbeResult | None = None
     error: str | None = None
+    rest: tuple[Inner, ...] = ()
+
+
+def budget_spent(probed: int, seconds_left: float, bytes_left: int) -> str | None:
+    """Why no further inner container of this LXC container is probed, or None: it may be.
+
+        budget_spent(16, 30.0, 2**20) -> "16 inner containers probed (at most 16 per container)"
+    """
+    if probed >= INNER_PROBED:
+        return f"{probed} inner containers probed (at most {INNER_PROBED} per container)"
+    if seconds_left < 1:
+        return "the inner probes' deadline is spent"
+    if bytes_left < 4096:
+        return f"the inner probes' {INNER_OUTPUT} bytes of output are spent"
+    return None
 
 
 def listed(raw: str) -> tuple[Inner, ...]:
@@ -144,6 +168,11 @@ def classify_inner(ct: str, host: str, seen: InnerSeen, outer: ProbeResult | Non
     the nodes the LXC container is given (the same paths its own probe checks); lxc_fix: path ->
     the LXC layer's fix title, where the config findings have one."""
     inner, where = seen.inner, f"inner {seen.inner.runtime} container {seen.inner.name}"
+    if seen.rest:  # the budget's cut: one finding for every inner container it left
+        left = (inner, *seen.rest)
+        names = ", ".join(i.label for i in left[:10]) + (f" and {len(left) - 10} more" if len(left) > 10 else "")
+        return [make("LXF223", ct, f"{len(left)} inner containers of CT {ct} not checked: budget: "
+                     f"{excerpt(seen.error or '?', 200)}", host=host, evidence=(f"not checked: {names}",))]
     if seen.probe is None:
         ran = (f"ran: {' '.join(exec_argv(inner, ['sh', '-c', '<probe>']))} in CT {ct}",) \
             if inner.runtime in RUNTIMES and NAME.fullmatch(inner.name) else ()

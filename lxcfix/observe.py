@@ -46,14 +46,15 @@ class ProbeFailed(RuntimeError):
 
 
 def run_probe(enter: Transport, ct: str, paths: list[str], access=(), *,
-              timeout: float | None = None) -> ProbeResult:
+              timeout: float | None = None, max_output: int | None = None) -> ProbeResult:
     """The probe through `enter` (the container's transport), at most `timeout` seconds
     (container_timeout(): 30, LXCFIX_PROBE_TIMEOUT) and container_output_max() bytes of
-    output (1 MiB, LXCFIX_PROBE_MAX_OUTPUT: the command is killed past that). access:
+    output (1 MiB, LXCFIX_PROBE_MAX_OUTPUT, or `max_output`, what a caller's budget has left:
+    the command is killed past that). access:
     (group, path) pairs for its group-access check (rules.access.requests). Raises
     ProbeFailed, nothing else, for a probe that could not run or timed out."""
     timeout = timeout if timeout is not None else container_timeout()
-    limit = container_output_max()
+    limit = max_output if max_output is not None else container_output_max()
     try:
         result = enter.run(probe_mod.probe_argv(paths, access), timeout=timeout, max_output=limit)
     except Unreachable as e:
@@ -193,22 +194,40 @@ def read_live(transport: Transport, cgroup_path: str) -> LiveAllowlist | None:
 
 def probe_inner(enter: Transport, ct: str, probe: ProbeResult, want: str, paths: list[str]) -> tuple:
     """The probe run inside the inner containers `want` names (lxcfix.nested.select), through
-    the LXC container's own `docker exec`/`podman exec`/`runc exec` (transport.InnerExec): the
-    same argv, cap and deadline as the LXC container's own probe. A name that matches nothing,
-    or a probe that cannot run, is an InnerSeen with its error (LXF223), never an exception."""
-    from .nested import Inner, InnerSeen, listed, select
-    from .transport import InnerExec
+    the LXC container's own `docker exec`/`podman exec`/`runc exec` (transport.InnerExec), one
+    after another within one budget for them all (nested.INNER_PROBED containers, the
+    INNER_DEADLINE seconds, LXCFIX_INNER_DEADLINE, and INNER_OUTPUT bytes): each probe gets
+    what is left of the deadline (at most its own, container_timeout()) and of the output
+    (at most container_output_max()); its output is parsed and dropped. A name that matches
+    nothing, a probe that cannot run, and the inner containers the budget leaves are
+    InnerSeens with their error (LXF223), never an exception."""
+    import time
 
-    chosen, missing = select(listed(probe.raw), want)
+    from .nested import INNER_DEADLINE, INNER_OUTPUT, Inner, InnerSeen, budget_spent, listed, select
+    from .transport import InnerExec, env_number
+
+    found = listed(probe.raw)
+    chosen, missing = select(found, want)
+    end = time.monotonic() + env_number("LXCFIX_INNER_DEADLINE", INNER_DEADLINE, float)
+    left_bytes = INNER_OUTPUT
     seen = []
-    for inner in chosen:
+    for n, inner in enumerate(chosen):
+        left = end - time.monotonic()
+        why = budget_spent(n, left, left_bytes)
+        if why is not None:
+            seen.append(InnerSeen(inner, error=why, rest=tuple(chosen[n + 1:])))
+            break
         try:
-            seen.append(InnerSeen(inner, run_probe(InnerExec(enter, inner), ct, paths)))
+            got = run_probe(InnerExec(enter, inner), ct, paths, timeout=min(container_timeout(), left),
+                            max_output=min(container_output_max(), left_bytes))
+            left_bytes -= len(got.raw)
+            seen.append(InnerSeen(inner, replace(got, raw="")))  # parsed: the text is not kept
         except ProbeFailed as e:
             seen.append(InnerSeen(inner, error=str(e)))
         except Exception as e:  # a bug or a hostile answer: that inner container's finding
             seen.append(InnerSeen(inner, error=f"{type(e).__name__}: {e}"))
-    names = ", ".join(i.label for i in listed(probe.raw)) or "none"
+    names = ", ".join(i.label for i in found[:20]) + (f" and {len(found) - 20} more" if len(found) > 20 else "") \
+        if found else "none"
     for name in missing:
         runtime, _, base = name.rpartition(":")
         seen.append(InnerSeen(Inner(runtime or "?", "-", base),

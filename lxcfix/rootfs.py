@@ -222,7 +222,8 @@ def _stanzas(data: bytes, cap: int = PKG_MAX):
     of its lines (continuation lines, which start with a space, are dropped: no field read here
     has one)."""
     record: list[str] = []
-    for line in data[:cap].decode("utf-8", "replace").split("\n")[:4_000_000]:
+    for raw in _lines(data, cap):
+        line = raw.decode("utf-8", "replace")
         if not line.strip():
             if record:
                 yield record
@@ -231,6 +232,16 @@ def _stanzas(data: bytes, cap: int = PKG_MAX):
             record.append(line)
     if record:
         yield record
+
+
+def _lines(data: bytes, cap: int):
+    """The lines of data[:cap], one at a time (a 16 MiB file of short lines is never split whole)."""
+    start, end = 0, min(len(data), cap)
+    while start < end:
+        nl = data.find(b"\n", start, end)
+        stop = end if nl < 0 else nl
+        yield data[start:stop]
+        start = stop + 1
 
 
 def dpkg_installed(data: bytes, want=RUNC_PACKAGES) -> dict[str, str]:
@@ -375,7 +386,9 @@ def runc_has_52881_fix(package: str, version: str) -> bool | None:
 # Resolves each path component by component from an O_PATH fd of the root, O_NOFOLLOW at every
 # step: a symlink's target is resolved again inside the root (an absolute one from the root, ".."
 # stops at the root), so nothing outside the root is ever opened, whatever the tenant put there;
-# a regular file only, at most FILE_MAX bytes (+1, to tell a larger one). Prints one JSON object
+# a regular file only, at most FILE_MAX bytes (+1, to tell a larger one); of a package database
+# (PKG: only given with its own cap) only the runc packages' records, kept as it is read a chunk
+# at a time within that cap (filter_packages: a 16 MiB status is never held). Prints one JSON object
 # a line: {"path", "status": "ok"|"absent"|errno name|"large"|"not-file", "b64"}.
 READER = r'''
 import base64, errno, json, os, stat, sys
@@ -414,6 +427,51 @@ def resolve(root_fd, path, links=40):
         for fd in fds:
             os.close(fd)
 
+# The package databases: only the records of the runc packages are kept, as the file is read a
+# chunk at a time (a 16 MiB status of short lines is never held whole, nor split at once).
+PKG = {"/var/lib/dpkg/status": (b"Package:", (b"Package:", b"Status:", b"Version:")),
+       "/lib/apk/db/installed": (b"P:", (b"P:", b"V:"))}
+WANT = (b"runc", b"containerd.io")
+LINE_MAX = 4096
+
+def pkg_lines(rfd, cap):
+    total, buf, skipping = 0, b"", False
+    while True:
+        chunk = os.read(rfd, 65536)
+        if not chunk:
+            break
+        total += len(chunk)
+        if total > cap:
+            raise OverflowError(cap)
+        lines = (buf + chunk).split(b"\n")
+        buf = lines.pop()
+        for line in lines:
+            if skipping:  # the rest of a line longer than LINE_MAX: no field read here is one
+                skipping = False
+                continue
+            yield line
+        if len(buf) > LINE_MAX:
+            buf, skipping = b"", True
+    if buf and not skipping:
+        yield buf
+
+def filter_packages(lines, path, records=64):
+    name_key, fields = PKG[path]
+    kept, record, hit = [], [], False
+    for line in lines:
+        line = line.rstrip(b"\r\n")
+        if not line.strip():
+            if hit and records > 0:
+                kept += record + [b"\n"]
+                records -= 1
+            record, hit = [], False
+        elif line.startswith(fields) and len(record) < 8:
+            record.append(line + b"\n")
+            hit = hit or (line.startswith(name_key) and line[len(name_key):].strip() in WANT)
+    if hit and records > 0:
+        kept += record
+    return b"".join(kept)
+
 def read_one(root_fd, path, cap, want_data):
     out = {"path": path}
     try:
@@ -434,15 +492,20 @@ def read_one(root_fd, path, cap, want_data):
             return out
         rfd = os.open("/proc/self/fd/%d" % fd, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
         try:
-            data = b""
-            while len(data) <= cap:
+            data, large = b"", False
+            if path in PKG:
+                try:
+                    data = filter_packages(pkg_lines(rfd, cap), path)
+                except OverflowError:
+                    large = True
+            while len(data) <= cap and path not in PKG:
                 chunk = os.read(rfd, cap + 1 - len(data))
                 if not chunk:
                     break
                 data += chunk
         finally:
             os.close(rfd)
-        if len(data) > cap:
+        if large or len(data) > cap:
             out["status"] = "large"
         else:
             out["status"] = "ok"

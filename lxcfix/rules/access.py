@@ -26,7 +26,8 @@ over it. The fixes: devN gid= with the container's own gid (Proxmox VE 8.1+), el
 idmap that passes the host's group through onto the container's (plus the /etc/subgid
 line root needs, written by apply only when asked: Context.asks "write-subgid"), never for a
 host group that grants anything on the host (idmap.host_gid_refusal: gid 0, shadow, disk,
-kmem, sudo, adm, a system gid under 100 not the node's own; the fix is then manual, a udev
+kmem, sudo, adm, a system gid under 100 not the node's own, any other group the host names
+that is not the node's own (kvm, docker) unless the admin named it: "map-group:NAME"; the fix is then manual, a udev
 rule giving the node its own group or a devN gid=, and the finding says why); mode=0666
 only when asked ("mode-0666"). The container's gid comes from the probe (its /etc/group)
 or the caller (the audit's ct_groups); without it the fix says how to read it and is manual.
@@ -39,15 +40,34 @@ from dataclasses import dataclass, replace
 from typing import Mapping
 
 from .. import fixes
+from ..bounded import excerpt
 from ..ctconfig import next_devn
 from ..errors import BadInput
-from ..facts import ID_MAX, subid_allows, version_tuple
-from ..idmap import OVERFLOW, IdMap, NodeView, host_gid_refusal
+from ..facts import _GROUP_NAME, ID_MAX, subid_allows, version_tuple
+from ..idmap import OVERFLOW, PRIVILEGED_GROUPS, IdMap, NodeView, host_gid_refusal
 from ..model import DeviceNode, Edit, Finding, Fix
 
 TITLE = ("give the node a mode or group the container can use (devN: ...,gid=N,mode=0660 "
          "or 0666), or map the host group in with lxc.idmap")
 ASKS = ("write-subgid", "mode-0666")
+MAP_GROUP = "map-group:"  # an ask naming a host group the admin lets be mapped in: "map-group:kvm"
+
+
+def checked_map_group(name: str) -> str:
+    """A --map-group value: a group name (group(5)), never one that grants privileged access on
+    any host (idmap.PRIVILEGED_GROUPS). BadInput (exit 2, one line) otherwise."""
+    shown = excerpt(name, 40)
+    if not _GROUP_NAME.fullmatch(name or ""):
+        raise BadInput(f"--map-group {shown}: not a group name")
+    if name in PRIVILEGED_GROUPS:
+        raise BadInput(f"--map-group {name}: the host's {name} group grants privileged access on the host; "
+                       "lxcfix never maps it into a container")
+    return name
+
+
+def named_groups(asks) -> frozenset:
+    """The host groups the admin named with --map-group (asks "map-group:NAME")."""
+    return frozenset(a[len(MAP_GROUP):] for a in asks if isinstance(a, str) and a.startswith(MAP_GROUP))
 SUBGID = "/etc/subgid"
 PVE_DEVN = ("pve-container create_passthrough_device_node: a devN node is created root:root 0660 "
             "unless uid=/gid=/mode= are given, the ids mapped through the container's idmap")
@@ -379,7 +399,7 @@ def _idmap_fix(ctx, idmap: IdMap, nodes: list[NodeAccess], asks) -> Fix:
     title = (f"map the host's group onto the container's {'/'.join(sorted({n.group for n in nodes}))} "
              "group with lxc.idmap")
     refused = [(n, why) for n in nodes if n.host_node is not None
-               and (why := host_gid_refusal(n.host_node.gid, n.group, ctx.facts.groups)) is not None]
+               and (why := host_gid_refusal(n.host_node.gid, n.group, ctx.facts.groups, named_groups(asks))) is not None]
     if refused:
         return _refused_fix(ctx, refused)
     edits: list[Edit] = []
@@ -510,7 +530,8 @@ def _evidence(ctx, access: Access, n: NodeAccess) -> list[str]:
         ev.append(f"gid map of CT {ctx.ct}: {ranges}" + (" (Proxmox's default for unprivileged: 1)" if m.default else ""))
     if n.view is not None and (n.view.uid is None or n.view.gid is None):
         ev.append(NOT_MAPPED)
-    why = host_gid_refusal(n.host_node.gid, n.group, ctx.facts.groups) if n.host_node is not None \
+    why = host_gid_refusal(n.host_node.gid, n.group, ctx.facts.groups,
+                           named_groups(getattr(ctx, "asks", ()) or ())) if n.host_node is not None \
         and n.via == "mount" else None
     if why:
         ev.append(f"{why}: lxcfix never maps it into a container (no lxc.idmap, no {SUBGID} line); "

@@ -241,16 +241,35 @@ def usb_by_number(ctx) -> list:
     return out
 
 
+USB_BUS_MINORS = 128  # minors per bus on major 189: (bus-1)*128 + (device-1)
+
+
+def usb_bus_minors(bus: int) -> range:
+    """The minors of one USB bus's devices on major 189 (bus 2: 128..255)."""
+    return range((bus - 1) * USB_BUS_MINORS, bus * USB_BUS_MINORS)
+
+
 def usb_bus_fix(ctx, g, bus: str) -> Fix:
-    """Manual: the bus directory instead of the node, and the USB major allowed."""
+    """Manual: the bus directory instead of the node, and the USB major allowed. cgroup2 device
+    rules have no minor ranges: `c 189:* rwm` allows every bus's devices, not that bus's, and the
+    text says so (a privileged container's root can mknod another bus's node and open it)."""
     mount = ("lxc.mount.entry", f"{bus} {bus.lstrip('/')} none bind,optional,create=dir 0 0"
              if ctx.config.flavor == "lxc" else f"{bus} {bus.lstrip('/')} none bind,optional,create=dir")
     allow = ("lxc.cgroup2.devices.allow", f"c {USB_MAJOR}:* rwm")
     edits = (Edit("replace", g.index, (mount,)),)
     if not ctx.effective.ruleset.allows("c", USB_MAJOR, 0, "rw"):
         edits += (Edit("add", lines=(allow,), near=("lxc.mount.entry",)),)
-    return Fix(f"pass the bus directory {bus} and allow c {USB_MAJOR}:* rwm (every USB device on that bus)",
-               edits, notes=("# which device is where: lsusb, or cat /sys/bus/usb/devices/*/idVendor",))
+    minors = usb_bus_minors(int(bus.rsplit("/", 1)[1]))
+    who = ("its root can mknod any other bus's node (c 189:M) and open it" if not ctx.effective.unprivileged
+           else "only the nodes mounted in can be opened (an unprivileged root cannot mknod), so the mount "
+                "is what narrows it to that bus")
+    return Fix(f"pass the bus directory {bus} and allow c {USB_MAJOR}:* rwm: that rule allows every USB device on "
+               f"every bus of the host, not only bus {bus.rsplit('/', 1)[1]} (cgroup2 rules have no minor ranges); "
+               f"{who}",
+               edits, notes=("# which device is where: lsusb, or cat /sys/bus/usb/devices/*/idVendor",
+                             f"# only {bus}: one rule per minor instead of c {USB_MAJOR}:*, "
+                             f"lxc.cgroup2.devices.allow = c {USB_MAJOR}:N rwm for N in "
+                             f"{minors.start}..{minors.stop - 1} ({USB_BUS_MINORS} lines)"))
 
 
 NAME_MAX, PATH_MAX = 255, 4096

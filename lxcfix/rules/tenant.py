@@ -1,7 +1,8 @@
 """LXF160: a device passed in (or allowed by path) from a directory the container can write.
 
 A bind-mount source, a `devN:` path or a path-form allow rule under the container's rootfs,
-a Proxmox `mpN:` directory or a directory bind-mounted in is the tenant's to replace: with a
+a Proxmox `mpN:` directory or a directory bind-mounted in (read-only too: the container's
+root remounts it read-write; effective.writable_mount says why) is the tenant's to replace: with a
 symlink to /dev/kmsg (LXC and Proxmox stat() the path at every start, following links) or
 with a node it made (common.conf lets a container mknod anything). The device is then the
 tenant's choice. lxcfix plans no allow rule for such a source (effective.py keeps it out

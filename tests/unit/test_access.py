@@ -11,13 +11,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lxcfix import cli, ctconfig, plan as plan_mod, probe
+from lxcfix import agent, cli, ctconfig, plan as plan_mod, probe
+from lxcfix.errors import BadInput
+from lxcfix.facts import parse_group
 from lxcfix.idmap import IdMap, NodeView
 from lxcfix.model import DeviceNode
 from lxcfix.rules import run_rules
 from lxcfix.rules.access import analyze, requests
 
-from .conftest import make_ctx, make_facts
+from .conftest import EXAMPLES, REPO, make_ctx, make_facts
+
+FIXTURES = REPO / "tests" / "unit" / "fixtures"
 
 PVE9 = dict(pve_version="9.0.10")
 HEAD = "arch: amd64\nostype: debian\n"
@@ -610,3 +614,71 @@ def test_a_privileged_host_group_on_proxmox_offers_devn_gid():
     fix = by_code(run_rules(ctx))["LXF115"].fix
     assert fix.edits == () and fix.applicability == "manual"
     assert any("devN: /dev/dri/renderD128,gid=104,mode=0660" in n for n in fix.notes), fix.notes
+
+
+# ---------------------------------------------------------------- only the node's own group (issue 30 item 12)
+
+DEBIAN_SERVICES = json.loads((FIXTURES / "facts" / "host_groups" / "debian12-services.json").read_text())["text"]
+HOST_GROUPS = parse_group(DEBIAN_SERVICES)
+
+
+def _mapped(gid, asks=("write-subgid",)):
+    """LXF115's fix for renderD128 bind-mounted from a host node of group `gid` (a Debian host's /etc/group)."""
+    nodes = {RENDER: node(RENDER, 226, 128, gid=gid)}
+    ctx = ctx_of(PLAIN, flavor="lxc", nodes=nodes, probe_text=probed(RENDER_104),
+                 subgid=[("root", 100000, 65536)], asks=asks)
+    ctx = replace(ctx, facts=replace(ctx.facts, groups=HOST_GROUPS))
+    return ctx, by_code(run_rules(ctx))["LXF115"].fix
+
+
+@pytest.mark.parametrize("group", ["kvm", "docker", "systemd-journal", "ssl-cert", "users"])
+def test_write_subgid_never_maps_a_host_group_that_is_not_the_nodes_own(group):
+    """Before: only gids under 100 and six named groups were refused: a node of group kvm (994),
+    docker (995), systemd-journal (999) or ssl-cert (103) was passed through with lxc.idmap and
+    root:GID:1 written to /etc/subgid, and the container's root got that group's access on the host."""
+    gid = HOST_GROUPS[group]
+    ctx, fix = _mapped(gid)
+    assert fix.applicability == "manual" and fix.edits == () and fix.host_lines == ()
+    notes = "\n".join(fix.notes)
+    assert f"host gid {gid} is the host's {group} group, not the node's own render group" in notes
+    assert f"--map-group {group}" in notes
+    p = plan_mod.make_plan(ctx)
+    assert p.host_files == () and f"root:{gid}:1".encode() not in p.after and b"lxc.idmap = g 104" not in p.after
+
+
+def test_the_nodes_own_group_is_mapped_and_a_named_group_only_when_named():
+    _, fix = _mapped(HOST_GROUPS["render"])
+    assert fix.applicability == "needs-restart" and fix.host_lines == (("/etc/subgid", "root:993:1"),)
+    ctx, fix = _mapped(HOST_GROUPS["kvm"], asks=("write-subgid", "map-group:kvm"))
+    assert fix.applicability == "needs-restart" and fix.host_lines == (("/etc/subgid", "root:994:1"),)
+    assert "+lxc.idmap = g 104 994 1\n" in plan_mod.make_plan(ctx).diff()
+    _, fix = _mapped(HOST_GROUPS["kvm"], asks=("write-subgid", "map-group:docker"))  # another group named
+    assert fix.applicability == "manual" and fix.host_lines == ()
+
+
+def test_a_gid_the_host_does_not_name_and_unread_groups_keep_their_old_answer():
+    assert host_gid_refusal(4242, "render", HOST_GROUPS) is None  # no host group: grants nothing by name
+    assert "kvm" in host_gid_refusal(994, "render", HOST_GROUPS)
+    assert host_gid_refusal(994, "render", HOST_GROUPS, named=("kvm",)) is None
+    assert "shadow" in host_gid_refusal(42, "render", HOST_GROUPS, named=("shadow",))  # never, named or not
+
+
+@pytest.mark.parametrize("name,said", [
+    ("root", "--map-group root: the host's root group grants privileged access on the host"),
+    ("sudo", "--map-group sudo: the host's sudo group grants privileged access on the host"),
+    ("a b", "--map-group a b: not a group name"),
+])
+def test_map_group_refuses_a_privileged_or_bad_name_in_one_line(name, said, capsys):
+    rc = cli.run(["plan", "--root", str(EXAMPLES / "pve-gpu-host"), "--ct", "200", "--map-group", name])
+    out, err = capsys.readouterr()
+    assert rc == 2 and out == ""
+    assert err.strip().splitlines() == [f"lxcfix: error: {said}" + ("; lxcfix never maps it into a container"
+                                                                    if "privileged" in said else "")]
+
+
+def test_map_group_is_carried_to_a_fleet_host_and_checked_there():
+    assert agent._asks({"asks": ["write-subgid", "map-group:kvm"]}) == {"write-subgid", "map-group:kvm"}
+    with pytest.raises(BadInput):
+        agent._asks({"asks": ["map-group:root"]})
+    with pytest.raises(BadInput):
+        agent._asks({"asks": ["map-group:x;y"]})

@@ -299,8 +299,11 @@ def test_a_device_under_a_shared_directory_is_lxf160_in_every_mount_form(flavor,
             assert plan.after == plan.before, (style, plan.after.decode())
 
 
+_IDMAP = "lxc.idmap = u 0 100000 65536\nlxc.idmap = g 0 100000 65536\n"
+
+
 @pytest.mark.parametrize("line", [
-    "lxc.mount.entry = /srv/shared mnt/shared none bind,ro 0 0",
+    # (a read-only bind was here: it is the tenant's since issue 30 item 1, see below)
     "lxc.mount.entry = /srv/nodes/nvidia-uvm mnt/nvidia-uvm none bind,create=file 0 0",
     "lxc.mount.entry = /sys/kernel/debug sys/kernel/debug none bind,optional 0 0",
 ])
@@ -312,11 +315,49 @@ def test_read_only_binds_files_and_kernel_filesystems_make_no_shared_directory(l
 
 
 def test_read_only_bind_mounts_and_dev_are_not_the_tenants():
-    text = ("arch: amd64\nrootfs: local-lvm:vm-200-disk-0\nmp0: /tank/ro,mp=/ro,ro=1\n"
-            "lxc.mount.entry: /tank/ro/x dev/x none bind,create=file\n"
+    # (an `mp0: ...,ro=1` source was here too: the tenant's since issue 30 item 1, see below)
+    text = ("arch: amd64\nrootfs: local-lvm:vm-200-disk-0\n"
             "lxc.mount.entry: /dev/dri dev/dri none bind,optional,create=dir\n")
-    ctx = make_ctx(text, facts=make_facts(nodes={"/tank/ro/x": _node("/tank/ro/x", 226, 129)}))
+    ctx = make_ctx(text, facts=make_facts(nodes={"/dev/dri/renderD128": _node("/dev/dri/renderD128", 226, 128)}))
     assert "LXF160" not in codes(run_rules(ctx))
+
+
+@pytest.mark.parametrize("flavor,share,how", [
+    ("lxc", "lxc.mount.entry = /srv/shared srv/share none bind,ro,create=dir 0 0\n", "bind-mounts it read-only"),
+    ("lxc", "lxc.mount.entry = /srv/shared srv/share none rbind,ro 0 0\n", "bind-mounts it read-only"),
+    ("lxc", "lxc.mount.entry = /srv/shared srv/share none bind,ro 0 0\n", "bind-mounts it read-only"),
+    ("pve", "mp0: /srv/shared,mp=/srv/share,ro=1\n", "mp0: bind-mounts it read-only (ro=1)"),
+    ("pve", "lxc.mount.entry: /srv/shared srv/share none bind,ro,create=dir 0 0\n", "bind-mounts it read-only"),
+])
+def test_a_read_only_share_is_the_tenants_and_the_finding_says_why(flavor, share, how):
+    """Issue 30 item 1: `ro` protects nothing. A privileged container's root has CAP_SYS_ADMIN over
+    its mounts; an unprivileged one's owns the mount namespace LXC made the bind in (nothing locks
+    it; measured on LXC 5.0.2, tests/real/test_tenant.py): `mount -o remount,rw,bind /srv/share`
+    either way. Before: no LXF160, and `apply` wrote `lxc.cgroup2.devices.allow =
+    /srv/shared/nvidia-uvm rwm`, which LXC stat()s at the next start, following the tenant's link."""
+    sep = " = " if flavor == "lxc" else ": "
+    head = _LXC_HEAD if flavor == "lxc" else "arch: amd64\nostype: debian\nrootfs: local-lvm:vm-200-disk-0\n"
+    ct = "web" if flavor == "lxc" else "200"
+    path = f"/etc/pve/lxc/{ct}.conf" if flavor == "pve" else f"/var/lib/lxc/{ct}/config"
+    for unprivileged in (False, True):
+        idmap = (_IDMAP if flavor == "lxc" else "unprivileged: 1\n") if unprivileged else ""
+        text = head + idmap + share + f"lxc.mount.entry{sep}{_UVM_MOUNT}\n"
+        fx = make_facts(backend=flavor, lxc_version="5.0.2", nodes={_UVM: _node(_UVM, 511, 0)})
+        ctx = gather.context(fx, gather.Loaded(ct, path, ctconfig.parse(text.encode(), flavor, path)), _loader({}))
+        found = run_rules(ctx)
+        (f,) = [f for f in found if f.code == "LXF160"]
+        assert f.device == _UVM and "LXF100" not in codes(found)
+        ev = "\n".join(f.evidence)
+        assert "/srv/shared: written by the container (" in ev and how in ev, ev
+        if not unprivileged:
+            assert "remount,rw,bind" in ev and "privileged container" in ev, ev
+        elif flavor == "lxc" or "lxc.mount.entry" in share:
+            assert "remount,rw,bind" in ev and "own user namespace" in ev, ev
+        else:
+            assert "MNT_LOCK_READONLY) is not checked" in ev, ev
+        for style in ("auto", "path", "numeric"):
+            plan = make_plan(ctx, style)
+            assert plan.after == plan.before, (style, plan.after.decode())
 
 
 def test_a_path_rule_in_the_rootfs_is_lxf160():

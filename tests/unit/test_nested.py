@@ -134,3 +134,61 @@ def test_the_rule_lists_inner_containers_and_classifies_the_ones_probed():
     assert codes(nested_rule.check(probed)) == ["LXF220", "LXF224"]
     assert probed.with_config(ctx.config).inner == ()  # a planned config is not what was seen inside
     assert nested_rule.check(replace(ctx, probe=None)) == []
+
+
+# ---------------------------------------------------------------- one budget for all inner probes (issue 30 item 3)
+
+from lxcfix import observe  # noqa: E402
+
+LISTED_256 = probe.parse("lxcfix-probe 1\n" + "".join(f"inner runc - c{i}\n" for i in range(256)) + "end\n")
+
+
+class Tenant:
+    """An LXC container whose `runc exec` prints `out` bytes of nothing a probe prints (or a
+    probe's own answer), within the cap and deadline it is given, as run_bounded does."""
+
+    name, local = "h", False
+
+    def __init__(self, out: int = 0, answer: str = "lxcfix-probe 1\nend\n"):
+        self.out, self.answer, self.calls = out, answer, []
+
+    def run(self, argv, timeout=None, max_output=None, **kw):
+        self.calls.append((timeout, max_output))
+        if not self.out:
+            return Result(0, self.answer, "")
+        text = "x" * min(self.out, max_output)
+        return Result(125, text, "", "stdout") if self.out > max_output else Result(0, text, "")
+
+
+def _probed(tenant):
+    return observe.probe_inner(ContainerExec(tenant, "200", "lxc"), "200", LISTED_256, "all", ["/dev/net/tun"])
+
+
+def test_256_inner_containers_are_probed_at_most_inner_probed_and_the_rest_is_one_finding():
+    """Before: every one of the 256 listed was probed, one after another, each with its own 30 s."""
+    tenant = Tenant()
+    seen = _probed(tenant)
+    assert len(tenant.calls) == nested.INNER_PROBED
+    assert all(s.probe is not None and s.probe.raw == "" for s in seen[:nested.INNER_PROBED])  # parsed, dropped
+    last = seen[-1]
+    assert last.probe is None and len(last.rest) == 256 - nested.INNER_PROBED - 1
+    (f,) = nested.classify_inner("200", "h", last, None, EXPECTED)
+    assert f.code == "LXF223" and f.message.startswith(f"{256 - nested.INNER_PROBED} inner containers of CT 200 "
+                                                       "not checked: budget: 16 inner containers probed")
+
+
+def test_outputs_of_1_mib_each_share_one_output_budget():
+    """Before: 256 outputs of 1 MiB, each kept whole (1 GiB for one diagnose)."""
+    tenant = Tenant(out=1024 * 1024)
+    seen = _probed(tenant)
+    assert sum(cap for _, cap in tenant.calls) <= nested.INNER_OUTPUT
+    assert len(tenant.calls) == nested.INNER_OUTPUT // (1024 * 1024)
+    assert "output are spent" in seen[-1].error and seen[-1].rest
+
+
+def test_each_probe_gets_what_is_left_of_the_total_deadline(monkeypatch):
+    monkeypatch.setenv("LXCFIX_INNER_DEADLINE", "5")
+    tenant = Tenant()
+    _probed(tenant)
+    timeouts = [t for t, _ in tenant.calls]
+    assert all(t <= 5 for t in timeouts) and timeouts == sorted(timeouts, reverse=True)

@@ -381,3 +381,79 @@ def test_a_snapshot_without_the_containers_files_says_nothing_about_them(tmp_pat
     shutil.rmtree(top / "var")
     (c,) = repair.scan(repair.open_target(str(top)), None, keep_context=True).containers
     assert not {"LXF234", "LXF236", "LXF237"} & {f.code for f in c.findings}
+
+
+# --- a 16 MiB dpkg status of short lines (issue 30 item 4) ------------------------------------
+
+import resource  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+# The reader and the parse of what it printed, in a child under RLIMIT_AS (as read_rootfs runs the
+# reader in this process, the parse after it); prints the packages and the child's peak RSS (KiB).
+_READ_AND_PARSE = r'''
+import json, resource, sys
+from lxcfix import rootfs
+reader = {"__name__": "lxcfix_rootfs_reader"}
+exec(compile(rootfs.READER, "<reader>", "exec"), reader)
+root = sys.argv[1]
+files, caps = [rootfs.DPKG_STATUS], {rootfs.DPKG_STATUS: rootfs.PKG_MAX}
+text = "\n".join(reader["report"](root, rootfs.FILE_MAX, files, [], caps))
+seen = rootfs.parse_reader(root, text, files, [], caps)
+print(json.dumps({"state": seen.state, "errors": seen.errors, "packages": seen.packages,
+                  "out": len(text), "maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+'''
+READ_BOUND = 192 * 1024 * 1024  # the child's address space: interpreter and lxcfix's imports take ~60 MiB
+
+
+def _short_lines_status(root: Path, size: int) -> None:
+    """A dpkg status of `size` bytes, nearly all of it two-byte lines (a continuation line each, as
+    a hostile or broken Description would be), runc's record at its end."""
+    status = root / "var/lib/dpkg/status"
+    status.parent.mkdir(parents=True)
+    tail = b"\nPackage: runc\nStatus: install ok installed\nVersion: 1.1.5+ds1-1+deb12u1\n"
+    head = b"Package: filler\nStatus: install ok installed\nVersion: 1\nDescription: x\n"
+    body = b" .\n" * ((size - len(head) - len(tail)) // 3)
+    status.write_bytes(head + body + tail)
+
+
+def _read_and_parse(root: Path) -> dict:
+    limit = lambda: resource.setrlimit(resource.RLIMIT_AS, (READ_BOUND, READ_BOUND))  # noqa: E731
+    r = subprocess.run([sys.executable, "-c", _READ_AND_PARSE, str(root)], capture_output=True, text=True,
+                       timeout=120, preexec_fn=limit, cwd=str(Path(rf.__file__).parents[1]))
+    assert r.returncode == 0, r.stderr[-2000:]
+    return json.loads(r.stdout)
+
+
+def test_a_16_mib_dpkg_status_of_short_lines_is_read_streaming_within_a_bound(tmp_path):
+    """Before: the reader kept the whole file, base64'd it into its JSON line, and the parse split the
+    decoded text into 5.6 million line strings (532 MiB peak here, and runc's record, past 4 million
+    lines, was lost). Now the reader keeps
+    only the records of the runc packages as it reads, within PKG_MAX, and prints those."""
+    _short_lines_status(tmp_path, rf.PKG_MAX - 4096)
+    got = _read_and_parse(tmp_path)
+    assert got["state"] == "read" and got["errors"] == {}
+    assert got["packages"] == {"runc": "1.1.5+ds1-1+deb12u1"}
+    assert got["out"] < 4096  # the runc record, not 16 MiB of base64
+    assert got["maxrss_kib"] < 96 * 1024  # measured: 45 MiB (the interpreter's own), 532 MiB before
+
+
+def test_a_dpkg_status_over_its_cap_is_said_and_a_long_line_is_read_in_pieces(tmp_path):
+    status = tmp_path / "var/lib/dpkg/status"
+    status.parent.mkdir(parents=True)
+    status.write_bytes(b"Package: runc\nStatus: install ok installed\nVersion: 1.1.5\nDescription: "
+                       + b"y" * (rf.PKG_MAX + 10) + b"\n")  # one line over the whole cap, no newline in reach
+    got = _read_and_parse(tmp_path)
+    assert got["packages"] == {} and got["errors"] == {rf.DPKG_STATUS: f"large (over {rf.PKG_MAX} bytes)"}
+
+
+def test_the_readers_package_filter_keeps_what_the_parsers_read():
+    """What the reader keeps of a real status (Debian 12's, Docker CE's) gives the same packages."""
+    ns = {"__name__": "reader"}
+    exec(compile(rf.READER, "<reader>", "exec"), ns)
+    assert set(ns["PKG"]) == set(rf.PACKAGE_DBS) and ns["WANT"] == tuple(p.encode() for p in rf.RUNC_PACKAGES)
+    for data in (DPKG_DEBIAN12, DPKG_DOCKER_CE):
+        kept = ns["filter_packages"](iter(data.splitlines(keepends=True)), rf.DPKG_STATUS)
+        assert rf.dpkg_installed(kept) == rf.dpkg_installed(data) and len(kept) < 512
+    kept = ns["filter_packages"](iter(APK.splitlines(keepends=True)), rf.APK_INSTALLED)
+    assert rf.apk_installed(kept) == rf.apk_installed(APK)

@@ -47,3 +47,22 @@ def test_an_lxc_config_gets_its_own_line_form():
     (f,) = [f for f in run_rules(ctx) if f.code == "LXF158"]
     text = ctconfig.serialize(ctconfig.apply_edits(ctx.config, f.fix.edits)).decode()
     assert "lxc.mount.entry = /dev/bus/usb/002 dev/bus/usb/002 none bind,optional,create=dir 0 0\n" in text
+
+
+def test_the_fix_says_the_rule_grants_every_bus_not_only_that_one():
+    """Issue 30 item 11: the fix said "every USB device on that bus" while `c 189:* rwm` allows every
+    bus's minors; a privileged tenant mknods c 189:M of another bus and the cgroup lets it open it."""
+    ctx = make_ctx(f"lxc.mount.entry: {NODE} dev/bus/usb/002/003 none bind,optional,create=file\n", facts=FACTS)
+    (f,) = [f for f in run_rules(ctx) if f.code == "LXF158"]
+    assert "every USB device on every bus of the host, not only bus 002" in f.fix.title
+    assert "mknod" in f.fix.title and "that bus)" not in f.fix.title
+    # the honest alternative: that bus's own minors, (2-1)*128 .. (2-1)*128+127, one rule each
+    assert any("for N in 128..255 (128 lines)" in n for n in f.fix.notes), f.fix.notes
+    assert 130 in hygiene.usb_bus_minors(2) and 127 not in hygiene.usb_bus_minors(2)
+
+
+def test_an_unprivileged_container_is_told_the_mount_narrows_it():
+    ctx = make_ctx("unprivileged: 1\n"
+                   f"lxc.mount.entry: {NODE} dev/bus/usb/002/003 none bind,optional,create=file\n", facts=FACTS)
+    (f,) = [f for f in run_rules(ctx) if f.code == "LXF158"]
+    assert "cannot mknod" in f.fix.title and "every bus of the host" in f.fix.title
