@@ -238,8 +238,16 @@ def _text(name: str, ok: Callable[[str], Any], what: str) -> Validator:
     return check
 
 
+# the strings Ansible's own boolean() reads as true or false: what an INI file's `x=false` is
+_BOOLEAN_TEXT = {**dict.fromkeys(("true", "yes", "on", "y", "t", "1"), True),
+                 **dict.fromkeys(("false", "no", "off", "n", "f", "0"), False)}
+
+
 def _boolean(name: str) -> Validator:
+    """true, false, or the text of one as Ansible reads it ("false", "no", "off", "0"; any case)."""
     def check(v: Any, err: Err) -> bool:
+        if isinstance(v, str) and v.strip().lower() in _BOOLEAN_TEXT:
+            return _BOOLEAN_TEXT[v.strip().lower()]
         if not isinstance(v, bool):
             raise err(f"{name} must be true or false, got {_show(v)}")
         return v

@@ -110,6 +110,20 @@ def test_values_are_python_literals_else_text():
     assert h.accept_new_host_keys is False and v["hexa"] == 16
 
 
+def test_booleans_written_as_ansible_reads_them():
+    """In an INI file `x=false` is the text "false" (only `False` is a literal): lxcfix reads it
+    as Ansible's boolean() does, as it used to refuse it."""
+    a, b, c = ini("""
+        [g]
+        a lxcfix_accept_new_host_keys=false
+        b lxcfix_accept_new_host_keys=yes
+        c lxcfix_accept_new_host_keys=False
+    """).hosts
+    assert (a.accept_new_host_keys, b.accept_new_host_keys, c.accept_new_host_keys) == (False, True, False)
+    assert ini_error("[g]\na lxcfix_accept_new_host_keys=maybe\n") == \
+        "inventory/hosts:2: lxcfix_accept_new_host_keys must be true or false, got 'maybe'"
+
+
 def test_ungrouped_with_vars_is_a_group_of_its_own():
     i = ini("""
         solo
