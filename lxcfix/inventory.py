@@ -977,10 +977,10 @@ class _IniReader(_Tree):
             m = _INI_SECTION.fullmatch(line)
             if m:
                 group, kind = m.group(1), m.group(2) or "hosts"
+                self._check_group_name(group, n)
                 if kind not in ("hosts", "vars", "children"):
                     raise self.w.err(n, f"section [{group}:{kind}]: unknown kind {kind!r} "
                                         f"(use [{group}], [{group}:vars] or [{group}:children])")
-                self._check_group_name(group, n)
                 if kind == "vars":
                     vars_of.setdefault(group, n)
                 elif not (self.fold and group == "ungrouped"):
