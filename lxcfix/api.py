@@ -20,6 +20,7 @@ repair.py's flows; nothing here prints or exits.
         "verdict": {"ok": True, "step": None, "exit_code": 0, "error": None, "error_class": None},
         "findings": [{"code": "LXF101", "severity": "error", "message": "...", ...}]}
     api.fix("200", check=False)          # applies: backup_file, step_reached "verified", verified True
+    api.scope([200, "web"])              -> ["200", "web"]: an inventory's lxcfix_containers (None: every one)
 
 What the fields mean:
 - changed: the config differs (or, in check mode, would differ) from before; a
@@ -63,7 +64,7 @@ from .errors import BadInput, LxcfixError
 
 API_VERSION = 1
 
-__all__ = ["API_VERSION", "LxcfixError", "TooOld", "clean", "fix", "pending", "require", "scan", "version"]
+__all__ = ["API_VERSION", "LxcfixError", "TooOld", "clean", "fix", "pending", "require", "scan", "scope", "version"]
 
 
 class TooOld(LxcfixError):
@@ -95,14 +96,27 @@ def require(minimum: str) -> str:
     return __version__
 
 
+def scope(value: object) -> list[str] | None:
+    """An inventory's `lxcfix_containers` as Ansible hands it over (None, "all", 200, "200",
+    [200, "web"]) -> the containers it names (["200", "web"]), or None for every container;
+    BadInput for anything `lxcfix --inventory` would refuse, with the same message."""
+    from .inventory import check_var
+
+    cts = check_var("lxcfix_containers", value, BadInput)
+    return None if cts is None else list(cts)
+
+
 def scan(cts: list[str] | None = None, *, probe: bool = True, style: str = "auto",
          root: str | None = None, host: str | None = None, host_nodes: bool = True) -> dict:
     """`lxcfix scan --json` of this host (or of the snapshot `root`): schema 1,
     {"schema", "tool", "version", "command": "scan", "hosts", "containers", "summary"}.
+    cts: these containers (None: every one; []: none, as an inventory's empty lxcfix_containers).
     probe: look inside running containers (live hosts only). host: the name the
     document gives the host (a caller's own, Ansible's inventory_hostname; default:
     the host's). host_nodes: the host's device nodes in its facts (about 100 on a
     hypervisor); without, `device_nodes` is left out."""
+    if cts is not None and not list(cts):  # an empty list names no container (None: every one)
+        return _named(report.document("scan", []), host)
     target = repair.open_target(root)
     doc = report.document("scan", [repair.scan(target, list(cts) if cts else None, style, probe=probe)])
     if not host_nodes:

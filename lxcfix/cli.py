@@ -345,6 +345,12 @@ class FleetRequest:
     upgrade: bool = False  # also the facts a kernel upgrade needs (gather.UPGRADE_ONLY)
 
 
+def _say_recorded(key) -> None:
+    """What accept-new wrote to a known_hosts file (ssh.RecordedKey), on stderr as it happens.
+    A module-level function: SshOptions travel pickled to a big scan's worker processes."""
+    say(f"lxcfix: {key.message()}", console=err)
+
+
 def _fleet(req: FleetRequest, show_progress: bool, reaches: dict | None = None) -> list[HostReport]:
     """Scan an inventory over SSH; a progress bar on a terminal (stderr, so stdout stays clean).
     reaches: filled with each host's causes.Reach (how the commands shown for it get there)."""
@@ -358,7 +364,7 @@ def _fleet(req: FleetRequest, show_progress: bool, reaches: dict | None = None) 
     from . import fleet, ssh
 
     options = ssh.SshOptions.from_cli(known_hosts=req.known_hosts, accept_new=req.accept_new,
-                                      ssh_config=req.ssh_config)
+                                      ssh_config=req.ssh_config, on_record=_say_recorded)
     options.check()  # a missing or garbled --ssh-config is bad input, before any host is tried
     if req.cts:
         entries = [dataclasses.replace(e, containers=tuple(req.cts)) for e in entries]

@@ -1,8 +1,10 @@
-"""Ansible inventories (YAML, or the JSON `ansible-inventory --list` prints) -> the hosts a
+"""Ansible inventories (YAML, INI, or the JSON `ansible-inventory --list` prints) -> the hosts a
 fleet scan visits. Pure: text in, data out (inventory_io.load_file reads a file or
-standard input, bounded, and hands its bytes to load_bytes).
+standard input, bounded, and hands its bytes to load_bytes; an INI file it hands to
+`ansible-inventory --list` first, when that is installed).
 
-    inv = load(text, "inventory/prod.yaml")            # or load_json(text, name); load_bytes(data, name)
+    inv = load(text, "inventory/prod.yaml")            # or load_json(text, name), load_ini(text, name);
+                                                       # load_bytes(data, name) picks (text_format)
     inv.hosts[0] == HostEntry(name="pve1", address="10.0.0.11", port=22, user="root",
                               containers=None, backend="pve", groups=("all", "proxmox", "gpu"), ...)
     inv.select(["gpu"])   -> the HostEntry of every host in group gpu (host names work too)
@@ -49,6 +51,22 @@ True); accept-new only ever appends to the known_hosts the command line names
 (--known-hosts) or to the user's ~/.ssh/known_hosts, never to a file an
 inventory names.
 
+The INI format is Ansible's default one, read as ansible-core's ini plugin reads it:
+
+    solo ansible_host=10.0.0.9            # before any section: a host of `all`
+    [cluster]                             # a group and its hosts, vars on the host's line
+    pve[1:3]
+    pve-edge:2222 lxcfix_pve_node=edge
+    [cluster:vars]                        # the group's vars, one per line
+    lxcfix_containers=[200, "web"]
+    [proxmox:children]                    # groups in it (each declared somewhere by [name] or [name:children])
+    cluster
+
+Values are Python literals where they parse as one (`22`, `True`, `[200, "web"]`,
+`'quoted'`), else the text as written; host lines are split as a shell would
+(shlex, `#` comments); lines starting `#` or `;` are comments. Group vars
+directories (group_vars/, host_vars/) are not read; `ansible-inventory` reads them.
+
 Every error is a BadInput whose one line names the file and line
 (`inventory/prod.yaml:12: ansible_port must be an integer, got 'abc'`); in
 JSON, the file and the place (`inv.json: _meta.hostvars.pve1: ...`), or the
@@ -63,10 +81,13 @@ inventories that expand (ranges x variables, aliases, group members) to over
 
 from __future__ import annotations
 
+import ast
 import difflib
 import json
 import posixpath
 import re
+import shlex
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -217,8 +238,16 @@ def _text(name: str, ok: Callable[[str], Any], what: str) -> Validator:
     return check
 
 
+# the strings Ansible's own boolean() reads as true or false: what an INI file's `x=false` is
+_BOOLEAN_TEXT = {**dict.fromkeys(("true", "yes", "on", "y", "t", "1"), True),
+                 **dict.fromkeys(("false", "no", "off", "n", "f", "0"), False)}
+
+
 def _boolean(name: str) -> Validator:
+    """true, false, or the text of one as Ansible reads it ("false", "no", "off", "0"; any case)."""
     def check(v: Any, err: Err) -> bool:
+        if isinstance(v, str) and v.strip().lower() in _BOOLEAN_TEXT:
+            return _BOOLEAN_TEXT[v.strip().lower()]
         if not isinstance(v, bool):
             raise err(f"{name} must be true or false, got {_show(v)}")
         return v
@@ -319,16 +348,13 @@ def check_var(name: str, value: Any, err: Err) -> Any:
 
 def load_bytes(data: bytes, filename: str) -> Inventory:
     """An inventory file's bytes (inventory_io.load_file reads them, or standard input) ->
-    Inventory: JSON when it starts with `{`, else YAML. Non-UTF-8 or oversized bytes are a
+    Inventory: JSON, YAML or INI as text_format says. Non-UTF-8 or oversized bytes are a
     BadInput too."""
-    if len(data) > MAX_INVENTORY_BYTES:
-        raise _too_big(filename)
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise BadInput(f"{filename}: not UTF-8 text ({e.reason} at byte {e.start})") from None
-    text = text.removeprefix("\ufeff")
-    if text.lstrip()[:1] != "{":
+    text = decode(data, filename)
+    kind = text_format(text, filename)
+    if kind == "ini":
+        return load_ini(text, filename)
+    if kind == "yaml":
         return load(text, filename)
     try:
         return load_json(text, filename)
@@ -337,6 +363,52 @@ def load_bytes(data: bytes, filename: str) -> Inventory:
             return load(text, filename)
         except _SyntaxError:
             raise json_error from None
+
+
+def decode(data: bytes, filename: str) -> str:
+    """An inventory file's bytes as text (a UTF-8 byte order mark dropped); BadInput when they
+    are over MAX_INVENTORY_BYTES or not UTF-8."""
+    if len(data) > MAX_INVENTORY_BYTES:
+        raise _too_big(filename)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise BadInput(f"{filename}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    return text.removeprefix("\ufeff")
+
+
+_INI_SECTION = re.compile(r"\[([^:\]\s]+)(?::(\w+))?\]\s*(?:#.*)?")  # ansible-core's ini plugin's
+_INI_GROUP_LINE = re.compile(r"([^:\]\s]+)\s*(?:#.*)?")
+# a YAML mapping key opening a line: `all:`, `"all":`, `all: {hosts: ...}`; never an INI host line
+# (`pve1:2222`, `pve1 ansible_host=...`) nor a section (`[gpu]`)
+_YAML_KEY = re.compile(r"""(?:"[^"\n]*"|'[^'\n]*'|[^\s#=:'"\[\]{}][^\s=:]*)[ \t]*:(?:\s|$)""")
+
+
+def text_format(text: str, filename: str = "") -> str:
+    """Which reader an inventory is for: "json" when it starts with `{`; "yaml" for a name
+    ending .yaml, .yml or .json, "ini" for one ending .ini; otherwise its first line that is
+    not blank or a `#` comment decides: "yaml" for a mapping key (`all:`), `---`, `%YAML`, a
+    list item, tag, anchor or quoted text; "ini" for anything else (`[group]`, `; comment`,
+    `host var=value`, `host:port`), as Ansible falls back to its ini plugin."""
+    if text.lstrip()[:1] == "{":
+        return "json"
+    suffix = posixpath.splitext(filename)[1].lower()
+    if suffix in (".yaml", ".yml", ".json"):
+        return "yaml"
+    if suffix == ".ini":
+        return "ini"
+    start = 0
+    while start < len(text):
+        end = text.find("\n", start)
+        end = len(text) if end < 0 else end
+        line = text[start:end].strip()
+        start = end + 1
+        if not line or line.startswith("#"):
+            continue
+        if line[0] in "-%!&*|>'\"" or _YAML_KEY.match(line):
+            return "yaml"
+        return "ini"
+    return "yaml"  # nothing but comments: YAML says it is empty
 
 
 def load(text: str, filename: str = "<inventory>") -> Inventory:
@@ -365,9 +437,11 @@ def load(text: str, filename: str = "<inventory>") -> Inventory:
         raise _too_deep(filename) from None
 
 
-def load_json(text: str, filename: str = "<inventory>") -> Inventory:
+def load_json(text: str, filename: str = "<inventory>", base_dir: str = "") -> Inventory:
     """What `ansible-inventory --list [--export]` prints (Ansible's dynamic-inventory JSON) -> Inventory,
-    validated like load() and with the same precedence; see the module docstring for the shape."""
+    validated like load() and with the same precedence; see the module docstring for the shape.
+    base_dir: where relative key and known_hosts paths are relative to, when the file the JSON
+    was made from is known (`ansible-inventory -i hosts.ini`); "": taken as written."""
     if len(text) > MAX_INVENTORY_BYTES:
         raise _too_big(filename)
     try:
@@ -378,8 +452,21 @@ def load_json(text: str, filename: str = "<inventory>") -> Inventory:
         except _LongNumber as e:
             line = text.count("\n", 0, max(text.find(e.digits), 0)) + 1
             raise BadInput(f"{filename}:{line}: number has more than {MAX_NUMBER_CHARS} characters") from None
-        reader = _JsonReader(_Where(filename), "")
+        reader = _JsonReader(_Where(filename), base_dir)
         reader.top(doc)
+        return reader.finish()
+    except RecursionError:
+        raise _too_deep(filename) from None
+
+
+def load_ini(text: str, filename: str = "<inventory>") -> Inventory:
+    """An Ansible INI inventory -> Inventory (the module docstring shows the format); relative
+    key and known_hosts paths are relative to the file's directory, as in YAML."""
+    if len(text) > MAX_INVENTORY_BYTES:
+        raise _too_big(filename)
+    try:
+        reader = _IniReader(_Where(filename), posixpath.dirname(filename))
+        reader.top(text)
         return reader.finish()
     except RecursionError:
         raise _too_deep(filename) from None
@@ -865,6 +952,149 @@ class _JsonReader(_Tree):
     def _check_group_name(self, name: str, where: str) -> None:
         if not _JSON_GROUP.fullmatch(name):
             raise self.w.err(where, f"group name {_show(name)} is not valid (letters, digits, '_', '-', '.', '+')")
+
+
+class _IniReader(_Tree):
+    """Lines in order: sections switch the group and what its lines are (hosts, vars,
+    children); hosts before any section are `ungrouped`, which is `all` itself unless it has
+    vars or children of its own (as the JSON reader reads ansible-inventory's `ungrouped`).
+    A group is declared by [name] or [name:children]; [name:vars] of a group never declared,
+    or a child never declared, is an error, as in ansible-core; groups no section names a
+    child of are children of `all`."""
+
+    def top(self, text: str) -> None:
+        lines = [(n, line.strip()) for n, line in enumerate(text.splitlines(), 1)]
+        lines = [(n, line) for n, line in lines if line and line[0] not in "#;"]
+        sections = [m.groups() for _, line in lines if (m := _INI_SECTION.fullmatch(line))]
+        self.fold = ("ungrouped", "vars") not in sections and ("ungrouped", "children") not in sections
+        declared: dict[str, int] = {"all": 1}
+        vars_of: dict[str, int] = {}  # group -> the line of its first [group:vars]
+        children: list[tuple[str, str, int]] = []  # (parent, child, line)
+        group, kind = "ungrouped", "hosts"
+        if not self.fold:
+            self._group("ungrouped", 1, declared)
+        for n, line in lines:
+            m = _INI_SECTION.fullmatch(line)
+            if m:
+                group, kind = m.group(1), m.group(2) or "hosts"
+                self._check_group_name(group, n)
+                if kind not in ("hosts", "vars", "children"):
+                    raise self.w.err(n, f"section [{group}:{kind}]: unknown kind {kind!r} "
+                                        f"(use [{group}], [{group}:vars] or [{group}:children])")
+                if kind == "vars":
+                    vars_of.setdefault(group, n)
+                elif not (self.fold and group == "ungrouped"):
+                    self._group(group, n, declared)
+            elif line.startswith("[") and line.endswith("]"):
+                raise self.w.err(n, f"{_show(line)} is not a section header ([group], [group:vars] or "
+                                    "[group:children]; no spaces)")
+            elif kind == "hosts":
+                self._host_line(group, line, n)
+            elif kind == "vars":
+                name, eq, value = line.partition("=")
+                if not eq:
+                    raise self.w.err(n, f"expected name=value in [{group}:vars], got {_show(line)}")
+                g = self.group_of(group, n)
+                var_name = self._var_name(name.strip(), n, f"vars of group {group!r}")
+                g.vars[var_name] = self.var(var_name, self._value(value.strip(), var_name, n), n)
+            else:
+                m = _INI_GROUP_LINE.fullmatch(line)
+                if not m:
+                    raise self.w.err(n, f"expected a group name in [{group}:children], got {_show(line)}")
+                if m.group(1) == "all":
+                    raise self.w.err(n, "`all` cannot be a child group")
+                self._check_group_name(m.group(1), n)
+                children.append((group, m.group(1), n))
+        for name, n in vars_of.items():
+            if name not in declared and not (self.fold and name == "ungrouped"):
+                raise self.w.err(n, f"[{name}:vars] is for a group no [{name}] or [{name}:children] section declares")
+        self.charge(len(children), 1)
+        for parent, child, n in children:
+            if child not in declared:
+                raise self.w.err(n, f"[{parent}:children] names group {child!r}, which no [{child}] or "
+                                    f"[{child}:children] section declares")
+            self.link(parent, child)
+        for name in list(self.groups):
+            if name != "all" and not self.groups[name].parents:
+                self.link("all", name)
+
+    def _group(self, name: str, n: int, declared: dict[str, int]) -> _Group:
+        declared.setdefault(name, n)
+        return self.group_of(name, n)
+
+    def _host_line(self, group: str, line: str, n: int) -> None:
+        """`pve[1:3]:2222 ansible_user=root lxcfix_containers='[200, "web"]'  # comment`."""
+        try:
+            tokens = shlex.split(line, comments=True)
+        except ValueError as e:
+            raise self.w.err(n, f"host line {_show(line)}: {e}") from None
+        if not tokens:
+            return
+        pattern, port = tokens[0], None
+        m = _INI_HOST_PORT.fullmatch(pattern)
+        if m:
+            pattern, port = m.group(1), int(m.group(2))
+        try:
+            names = expand_range(pattern)
+        except ValueError as e:
+            raise self.w.err(n, f"host {_show(tokens[0])}: {e}") from None
+        host_vars = []
+        for token in tokens[1:]:
+            name, eq, value = token.partition("=")
+            if not eq:
+                raise self.w.err(n, f"host {_show(tokens[0])}: expected name=value after the host, got {_show(token)}")
+            var_name = self._var_name(name, n, f"vars of host {_show(tokens[0])}")
+            host_vars.append((var_name, self.var(var_name, self._value(value, var_name, n), n)))
+        self.charge(len(names) * (1 + len(host_vars)), n)
+        g = self.groups["all"] if self.fold and group == "ungrouped" else self.group_of(group, n)
+        for name in names:
+            h = self.host_in(g, name, n)
+            if port is not None:
+                h.vars["ansible_port"] = _Var(port, n)
+            for k, v in host_vars:
+                h.vars[k] = v
+
+    def _value(self, text: str, name: str, n: int) -> Any:
+        """A Python literal where the text is one ("22", "True", "[200, 'web']", "'x'"), else the
+        text itself, as ansible-core's ini plugin reads values; tuples and sets become lists."""
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # ("\d" in a literal: invalid escape sequence)
+                value = ast.literal_eval(text)
+        except (ValueError, TypeError, SyntaxError):
+            return text
+        except (RecursionError, MemoryError):
+            raise self.w.err(n, f"{name}: value is nested too deep to read") from None
+        return _plain(value)
+
+    def _var_name(self, key: str, n: int, what: str) -> str:
+        name = _ALIASES.get(key, key)
+        if not _VAR_NAME.fullmatch(name):
+            raise self.w.err(n, f"{what}: {_show(name)} is not a valid variable name")
+        return name
+
+    def _check_group_name(self, name: str, n: int) -> None:
+        if not _JSON_GROUP.fullmatch(name):
+            raise self.w.err(n, f"group name {_show(name)} is not valid (letters, digits, '_', '-', '.', '+')")
+
+
+_INI_HOST_PORT = re.compile(r"((?:[^:\[\]]|\[[^\]]*\])+):([0-9]{1,5})")  # brackets: ranges, pve[1:3]:2222
+
+
+def _plain(value: Any) -> Any:
+    """A literal_eval result as ansible-core keeps it: tuples and sets as lists, bytes as text,
+    complex numbers and `...` as the text they were written as."""
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {_plain(k) if isinstance(k, bytes) else k: _plain(v) for k, v in value.items()}
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, complex):
+        return str(value)
+    if value is ...:
+        return "..."
+    return value
 
 
 # ----------------------------------------------------------------- helpers

@@ -43,7 +43,9 @@ unknown key raises HostKeyUnknown, a changed one HostKeyChanged.
 accept_new=True is OpenSSH's StrictHostKeyChecking=accept-new: an unknown key is
 trusted for this connection and appended, once authentication has succeeded, to
 the explicit known_hosts file, else the user's (UserKnownHostsFile, ~/.ssh/known_hosts);
-never to an inventory's file; a changed key is still refused. ~/.ssh/config (or an
+never to an inventory's file; a changed key is still refused. Each key recorded is
+handed to SshOptions.on_record as a RecordedKey (host, key type, SHA256 fingerprint
+as `ssh-keygen -lf` prints it, the known_hosts file), once, after it is written. ~/.ssh/config (or an
 explicit file) supplies HostName, Port, User, IdentityFile, IdentitiesOnly, ProxyCommand,
 ProxyJump, HostKeyAlias, UserKnownHostsFile, GlobalKnownHostsFile,
 StrictHostKeyChecking (accept-new and no both mean accept-new here),
@@ -75,8 +77,8 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 
 import fabric
 import paramiko
@@ -165,6 +167,7 @@ class SshOptions:
     look_for_keys    try ~/.ssh/id_* too
     max_output       bytes of stdout, and of stderr, one command may return
     max_read         bytes one read() may return
+    on_record        called with each RecordedKey accept-new wrote (from the connecting thread)
     """
 
     known_hosts: str | None = None
@@ -178,6 +181,7 @@ class SshOptions:
     look_for_keys: bool = True
     max_output: int = 1 * MiB
     max_read: int = MAX_READ
+    on_record: Callable[[RecordedKey], None] | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def from_cli(cls, **flags) -> SshOptions:
@@ -397,6 +401,22 @@ def known_hosts_name(host: str, port: int) -> str:
     return host if port == 22 else f"[{host}]:{port}"
 
 
+@dataclass(frozen=True)
+class RecordedKey:
+    """A host key accept-new trusted and wrote to a known_hosts file:
+    RecordedKey("pve1 (10.0.0.11:2222)", "[10.0.0.11]:2222", "ssh-ed25519", "SHA256:n4Gk...", "/root/.ssh/known_hosts")."""
+
+    host: str  # the host as lxcfix names it in its messages
+    entry: str  # the name the key is recorded under in known_hosts
+    key_type: str  # as known_hosts spells it: ssh-ed25519, ecdsa-sha2-nistp256, ssh-rsa
+    fingerprint: str  # "SHA256:" and the unpadded base64 of the key's SHA-256, as ssh-keygen -lf prints it
+    path: str  # the known_hosts file written
+
+    def message(self) -> str:
+        return (f"recorded the new host key of {self.host}: {self.key_type} {self.fingerprint}, "
+                f"as {self.entry} in {self.path}")
+
+
 class _KnownHostsFile:
     """One known_hosts file, parsed once per process (until its inode, size or mtime change),
     indexed by host name. give() puts in a client's HostKeys exactly the entries paramiko's
@@ -548,9 +568,10 @@ class _Policy(paramiko.MissingHostKeyPolicy):
     remember it; commit() appends it to known_hosts once authentication has succeeded, so a
     server that cannot even log us in leaves nothing behind."""
 
-    def __init__(self, label: str, ep: Endpoint):
+    def __init__(self, label: str, ep: Endpoint, on_record: Callable[[RecordedKey], None] | None = None):
         self.label = label
         self.ep = ep
+        self.on_record = on_record
         self.pending: tuple[str, paramiko.PKey] | None = None
 
     def missing_host_key(self, client, hostname, key):
@@ -569,6 +590,7 @@ class _Policy(paramiko.MissingHostKeyPolicy):
             return
         hostname, key = self.pending
         path = self.ep.known_hosts_write
+        recorded = None
         with _KNOWN_HOSTS_LOCK:
             current = paramiko.HostKeys()
             if os.path.exists(path):
@@ -587,7 +609,10 @@ class _Policy(paramiko.MissingHostKeyPolicy):
                 except OSError as e:
                     raise HostKeyUnknown(f"host key for {self.label} is unknown and cannot be added to "
                                          f"{path}: {e.strerror or e}") from None
+                recorded = RecordedKey(self.label, hostname, key.get_name(), fingerprint(key), os.path.abspath(path))
         self.pending = None
+        if recorded is not None and self.on_record is not None:  # said by the connection that wrote it: once
+            self.on_record(recorded)
 
 
 def _append_known_host(path: str, hostname: str, key: paramiko.PKey) -> None:
@@ -854,7 +879,7 @@ class Ssh(_Commands):
                                             known_hosts_name(ep.host_key_name, ep.port))
                 except (OSError, paramiko.SSHException) as e:
                     raise ConnectFailed(f"known_hosts {path} cannot be read: {e}") from None
-        policy = _Policy(self.label, ep)
+        policy = _Policy(self.label, ep, self.options.on_record)
         client.set_missing_host_key_policy(policy)
         sock = None
         try:

@@ -195,3 +195,50 @@ def test_ansible_inventory_list_piped_into_scan_inventory_stdin(container_factor
     assert [h["host"] for h in doc["hosts"]] == ["hv"] and doc["hosts"][0]["error"] is None
     assert [x["ct"] for x in doc["containers"]] == [c.name]
     assert {"LXF100", "LXF200"} <= {f["code"] for f in doc["containers"][0]["findings"]}
+
+
+def test_example_playbook_keeps_to_the_inventorys_lxcfix_containers(pve, tun, env, hypervisor):
+    """A host scoped to one container (lxcfix_containers, as `lxcfix apply --all --inventory` reads
+    it): the playbook audits and fixes that one; another broken container on the same host is not
+    listed, not changed and not restarted, in check mode or for real."""
+    env.update(pve.env())
+    inside = pve.make_ct([PVE_TUN])
+    outside = pve.make_ct([PVE_TUN])  # just as broken: only the scope keeps the playbook off it
+    for ct in (inside, outside):
+        assert ct.bpf_attached() and harness.open_errno(ct, "/dev/net/tun") == "EPERM"
+    inside_before, outside_before = untouched(inside), untouched(outside)
+    inv = hypervisor.inventory(lxcfix_containers=[int(inside.vmid)])  # a vmid as YAML/JSON writes it
+    hv = hypervisor.play
+
+    audit = hv.run(EXAMPLE, inv, "--tags", "audit", "--diff")
+    assert audit.rc == 0, audit.output()
+    scan = audit.task(SCAN_TASK)
+    assert [c["ct"] for c in scan["containers"]] == [inside.vmid] and scan["pending"] == [inside.vmid]
+    assert {f["ct"] for f in scan["findings"]} == {inside.vmid}
+    would = audit.task(WOULD_TASK)
+    assert [c["ct"] for c in would["containers"]] == [inside.vmid]
+    assert [d["before_header"] for d in would["diff"]] == [inside.conf_path]
+    assert outside.vmid not in audit.stdout.replace(inside.vmid, "")  # not named anywhere in the audit
+
+    check = hv.run(EXAMPLE, inv, "--check", "--diff")
+    assert check.rc == 0, check.output()
+    assert [c["ct"] for c in check.task(FIX_TASK)["containers"]] == [inside.vmid]
+    assert untouched(inside) == inside_before and untouched(outside) == outside_before
+
+    real = hv.run(EXAMPLE, inv, "--diff")
+    assert real.rc == 0, real.output()
+    fixed = real.task(FIX_TASK)
+    assert [c["ct"] for c in fixed["containers"]] == [inside.vmid] and fixed["verified"] is True
+    assert inside.init_pid() != inside_before[1] and harness.open_errno(inside, "/dev/net/tun") == "ok"
+    assert untouched(outside) == outside_before and outside.bpf_attached()
+    assert harness.open_errno(outside, "/dev/net/tun") == "EPERM"
+    assert journal(env) == ["backup", "written", "done"]
+
+    # a task naming a container outside the scope fails before anything is read or changed
+    named = hv.run("fix.yml", inv, "-e", json.dumps({"fix_ct": [outside.vmid]}))
+    assert named.rc == 2, named.output()
+    fail = named.task("Fix")
+    assert fail["_status"] == "failed" and fail["exit_code"] == 2 and fail["containers"] == []
+    assert fail["msg"] == (f"lxcfix: {outside.vmid} is outside this host's lxcfix_containers ({inside.vmid}): "
+                           "nothing done")
+    assert untouched(outside) == outside_before and journal(env) == ["backup", "written", "done"]

@@ -250,3 +250,34 @@ def test_host_nodes_only_when_asked(snap):
     assert "device_nodes" in api.scan(root=str(snap))["hosts"][0]["facts"]  # the library's default: as --json
     assert "device_nodes" not in api.scan(root=str(snap), host_nodes=False)["hosts"][0]["facts"]
     assert api.scan(root=str(snap), host="pve1")["containers"][0]["host"] == "pve1"
+
+
+def test_every_module_keeps_to_the_inventorys_lxcfix_containers(play, snap):
+    """lxcfix_containers scopes the modules as it scopes `lxcfix apply --all --inventory`: the scan,
+    the facts and `ct: all` see only container 201; 200 (just as broken) is not read or written."""
+    inv = local_inventory(play, play.interpreter("py", PYTHONPATH=str(REPO)), hv={"lxcfix_containers": 201})
+    run = play.run("snapshot.yml", inv, "-e", f"snap={snap}")
+    assert run.rc == 0, run.output()
+    scan = run.task("Scan")
+    assert [c["ct"] for c in scan["containers"]] == ["201"] and scan["pending"] == ["201"]
+    assert {f["ct"] for f in scan["findings"]} == {"201"}
+    assert run.task("Facts")["ansible_facts"]["lxcfix"]["pending"] == ["201"]
+    fix = run.task("Fix")
+    assert [c["ct"] for c in fix["containers"]] == ["201"] and fix["changed"] is True
+    assert (snap / "etc/pve/lxc/200.conf").read_bytes() == (EXAMPLE / "etc/pve/lxc/200.conf").read_bytes()
+    assert (snap / "etc/pve/lxc/201.conf").read_bytes() != (EXAMPLE / "etc/pve/lxc/201.conf").read_bytes()
+    assert not (snap / ".lxcfix/state/backups/200").exists()
+    assert run.task("Fix again")["changed"] is False and run.task("Fix again")["verified"] is True
+
+
+def test_a_bad_lxcfix_containers_fails_the_task_as_the_command_line_refuses_it(play, snap):
+    before = tree_bytes(snap)
+    inv = local_inventory(play, play.interpreter("py", PYTHONPATH=str(REPO)),
+                          hv={"lxcfix_containers": ["201", "../etc"]})
+    run = play.run("snapshot.yml", inv, "-e", f"snap={snap}")
+    assert run.rc == 2, run.output()
+    scan = run.task("Scan")
+    assert scan["_status"] == "failed" and scan["exit_code"] == 2
+    assert scan["msg"] == "lxcfix: lxcfix_containers: '../etc' is not a Proxmox vmid or an LXC container name"
+    assert tree_bytes(snap) == before
+    assert api.scope([200, "web", 200]) == ["200", "web"] and api.scope("all") is None and api.scope(None) is None

@@ -6,6 +6,7 @@
 what to do. The modules never run the lxcfix command line.
 
     api = load_api(module)     # lxcfix.api, or module.fail_json(...) with the reason
+    cts = in_scope(api, ["200"], ["200", "201"])   # -> ["200"]; an LxcfixError (2) for one outside
 """
 
 from __future__ import absolute_import, division, print_function
@@ -82,6 +83,7 @@ SCAN_ARGUMENT_SPEC = dict(
     root=dict(type="path"),
     host=dict(type="str"),
     host_nodes=dict(type="bool", default=False),
+    scope=dict(type="raw"),
 )
 
 # lxcfix's command-line words, as this collection's option names (a message from lxcfix
@@ -109,12 +111,37 @@ def _words(text):
     return text
 
 
+def scope_of(api, params):
+    """The containers this task may touch: the `scope` option (the action plugin fills it with the
+    inventory's lxcfix_containers), read as `lxcfix --inventory` reads lxcfix_containers:
+    None (every container), or ["200", "web"]."""
+    if params.get("scope") is None:
+        return None
+    return api.scope(params["scope"])
+
+
+def in_scope(api, cts, scope):
+    """cts (None: every container in scope) checked against scope: ["200"], ["200", "201"] -> ["200"];
+    a container outside it is an LxcfixError (exit code 2), before anything is read or changed."""
+    if scope is None:
+        return cts
+    if cts is None:
+        return list(scope)
+    outside = [ct for ct in cts if ct not in scope]
+    if outside:
+        raise api.LxcfixError(  # exit code 2: bad input, nothing changed
+            "%s %s outside this host's lxcfix_containers (%s): nothing done"
+            % (", ".join(outside), "is" if len(outside) == 1 else "are", ", ".join(scope)))
+    return cts
+
+
 def scan_result(api, params):
     """lxcfix_scan's and lxcfix_facts' data: the scan document (schema 1), its
     findings also in one list (each with host and ct), the containers whose plan
     changes something. host: the inventory's name for the host (the action plugin
     passes inventory_hostname); host_nodes: the host's device nodes in its facts."""
-    doc = api.scan(params["ct"], probe=params["probe"], style=params["style"], root=params["root"],
+    cts = in_scope(api, params["ct"], scope_of(api, params))
+    doc = api.scan(cts, probe=params["probe"], style=params["style"], root=params["root"],
                    host=params.get("host"), host_nodes=bool(params.get("host_nodes")))
     for c in doc["containers"]:
         if c.get("plan"):

@@ -32,7 +32,8 @@ options:
   ct:
     description:
       - The containers to fix, Proxmox vmids or LXC names, or C(all) for every container whose plan changes
-        something.
+        something, within O(scope) (the inventory's C(lxcfix_containers)). A container outside O(scope) fails the
+        task before anything is changed.
       - Containers are fixed one after the other; the first failure stops the task (the ones before it stay fixed
         and are listed in RV(containers)).
     type: list
@@ -233,7 +234,7 @@ rolled_back:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.lxcfix.lxcfix.plugins.module_utils.lxcfix_api import (
-    error_result, load_api, option_words, text_of,
+    error_result, in_scope, load_api, option_words, scope_of, text_of,
 )
 
 ARGUMENT_SPEC = dict(
@@ -243,6 +244,7 @@ ARGUMENT_SPEC = dict(
     restart=dict(type="bool", default=True),
     root=dict(type="path"),
     host=dict(type="str"),
+    scope=dict(type="raw"),
 )
 
 SHOWN = ("ct", "host", "path", "changed", "status", "style", "style_reason", "backup_file", "restarted",
@@ -282,12 +284,15 @@ def main():
     found_clean = False
     try:
         cts = p["ct"]
+        scope = scope_of(api, p)  # the inventory's lxcfix_containers: nothing outside it is touched
         if cts == ["all"]:
-            cts = api.pending(style=p["style"], root=p["root"])
+            cts = [c for c in api.pending(style=p["style"], root=p["root"]) if scope is None or c in scope]
             if not cts and not check:  # a rerun: the state found, checked as a verify would
-                found_clean = all(api.clean(style=p["style"], root=p["root"]).values())
+                found_clean = scope == [] or all(api.clean(scope, style=p["style"], root=p["root"]).values())
         elif "all" in cts:
             module.fail_json(msg="ct: 'all' stands alone (got %s)" % ", ".join(cts))
+        else:
+            cts = in_scope(api, cts, scope)
         for ct in cts:
             results.append(api.fix(ct, style=p["style"], live=p["live"], restart=p["restart"], check=check,
                                    root=p["root"], host=p["host"]))

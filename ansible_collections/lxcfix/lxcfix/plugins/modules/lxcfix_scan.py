@@ -22,7 +22,8 @@ description:
 options:
   ct:
     description:
-      - Only these containers (Proxmox vmids or LXC names). All of the host's containers when omitted.
+      - Only these containers (Proxmox vmids or LXC names). Every container in O(scope) when omitted (without a
+        scope, every container of the host). A container outside O(scope) fails the task.
     type: list
     elements: str
   probe:
