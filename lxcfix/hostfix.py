@@ -109,6 +109,12 @@ def plan_host_unit(facts: HostFacts, existing: bytes | None, path: str | None = 
     )
 
 
+def exec_binaries(unit: bytes) -> tuple[str, ...]:
+    """The absolute programs a unit's ExecStart= lines run: b"ExecStart=/usr/bin/x -u" -> ("/usr/bin/x",)."""
+    found = re.findall(rb"^ExecStart=(/\S+)", unit, re.M)
+    return tuple(dict.fromkeys(b.decode("utf-8", "surrogateescape") for b in found))
+
+
 def verify_problems(result: Result, path: str) -> list[str]:
     """What `systemd-analyze verify` said about our unit. It exits 0 on unknown
     keys or values it ignores ("Unknown key ...", "Failed to parse ..."), so
@@ -192,6 +198,7 @@ class UnitVerify(Step):
     runner: object
     path: str
     snapshot: str | None = None
+    binaries: tuple[str, ...] = ()  # this host's own unit (online): the ExecStart binaries check() looks for
     event = "verify"
     changes = False
     reached: str | None = "verified"
@@ -199,6 +206,15 @@ class UnitVerify(Step):
     def describe(self) -> str:
         also = f"; the ExecStart binaries are {self.snapshot}'s, not checked here" if self.snapshot else ""
         return f"{' '.join(VERIFY)} {self.path} (skipped if systemd-analyze is missing{also})"
+
+    def check(self, tx) -> None:
+        """What do() would reject first on this host, said before anything is written (the error
+        do() raises): an ExecStart binary the host does not have (no nvidia-modprobe at that path)."""
+        missing = [b for b in self.binaries if not os.access(b, os.X_OK)]
+        if missing:
+            raise ApplyFailed(f"systemd-analyze verify rejects the unit: {UNIT_NAME} would run "
+                              f"{', '.join(missing)}, which is not executable on this host (install the NVIDIA "
+                              "driver's nvidia-modprobe, or give its path with --nvidia-modprobe); nothing changed")
 
     def do(self, tx) -> None:
         r = self.runner.run(VERIFY + [self.path], timeout=120)
@@ -277,7 +293,8 @@ def host_unit_transaction(target, plan: Plan, *, enable: bool = True, now: bool 
         steps += [Backup(unit_backups(state), current, plan.digest),
                   Write(path, current, plan.after, None, shown=plan.path, mode=0o644)]
         if verify:
-            steps.append(UnitVerify(runner, path, snapshot=None if live else host))
+            steps.append(UnitVerify(runner, path, snapshot=None if live else host,
+                                    binaries=exec_binaries(plan.after) if sd.mode == "online" else ()))
         if sd.mode == "online":
             steps.append(Run(runner, sd.systemctl("daemon-reload"), "daemon-reload",
                              undo_argv=sd.systemctl("daemon-reload"), undo_last=True))

@@ -260,3 +260,28 @@ def test_a_snapshots_unit_binary_is_not_this_hosts_so_a_missing_one_is_not_check
     with pytest.raises(ApplyFailed) as e:  # live: this host's own binary, which the unit runs at boot
         hostfix.apply_host_unit(Target(Runner(fail={"verify": missing})), plan, enable=True)
     assert "nvidia-modprobe is not executable" in str(e.value) and not os.path.exists(p)
+
+
+def test_on_this_hosts_own_systemd_the_check_run_refuses_a_missing_nvidia_modprobe(sysroot, tmp_path):
+    """Installed for this host (/etc/systemd/system, online), the unit runs this host's nvidia-modprobe:
+    check mode finds it missing, as verify would, so --dry-run and the run give the same verdict
+    (exit 4, the error verify raises, before anything is written); with the binary there, both go
+    ahead. Nothing is written here."""
+    path = os.path.join(hostfix.SYSTEMD_DIR, hostfix.UNIT_NAME)
+    if os.path.lexists(path) or not os.path.isdir(hostfix.SYSTEMD_DIR):
+        pytest.skip(f"{path} exists on this machine, or {hostfix.SYSTEMD_DIR} does not")
+    assert hostfix.exec_binaries(hostfix.render_unit("pve", modprobe="/opt/x/nvidia-modprobe")) == \
+        ("/opt/x/nvidia-modprobe",)
+    runner = Runner()
+    for modprobe, ok in ((str(tmp_path / "no-such"), False), ("/bin/true", True)):
+        plan = hostfix.plan_host_unit(gpu_facts(), None, path, modprobe=modprobe)
+        verdict = hostfix.host_unit_transaction(Target(runner), plan, enable=True).check()
+        assert verdict.ok is ok, verdict
+        if not ok:
+            assert isinstance(verdict.error, ApplyFailed) and verdict.exit_code == 4
+            assert f"would run {modprobe}, which is not executable on this host" in verdict.message
+            assert verdict.step.startswith("systemd-analyze verify --man=no ")
+            with pytest.raises(ApplyFailed) as e:  # the run: the same check, before anything
+                hostfix.apply_host_unit(Target(runner), plan, enable=True)
+            assert str(e.value) == verdict.message
+    assert runner.calls == [] and not os.path.lexists(path)
