@@ -237,3 +237,13 @@ def test_rollback_goes_back_one_change_at_a_time_and_says_when_it_restarts(conta
     assert r.returncode == 0 and Path(c.config_path).read_bytes() == old, r.stdout + r.stderr
     assert r.stdout.rstrip().endswith(f"CT {c.name} is stopped: not started (the restored config applies at its next start)")
     assert not c.running()
+
+    c.start()
+    r = lxcfix(env, "apply", "--ct", c.name, "--yes")
+    assert r.returncode == 0 and harness.open_errno(c, "/dev/net/tun") == "ok"
+    pid = c.init_pid()
+    r = lxcfix(env, "rollback", "--ct", c.name, "--no-restart")
+    assert r.returncode == 0 and Path(c.config_path).read_bytes() == old, r.stdout + r.stderr
+    assert r.stdout.rstrip().endswith(f"CT {c.name} not restarted (--no-restart): it runs with its previous "
+                                      "config until it restarts")
+    assert c.init_pid() == pid and harness.open_errno(c, "/dev/net/tun") == "ok"
