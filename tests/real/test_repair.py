@@ -216,7 +216,8 @@ def test_rollback_goes_back_one_change_at_a_time_and_says_when_it_restarts(conta
     assert r.returncode == 0, r.stdout + r.stderr
     assert Path(c.config_path).read_bytes() == old
     day, clock = applied["time"][:10], applied["time"][11:19]
-    assert r.stdout.startswith(f"CT {c.name}: undid lxcfix's change of {day} {clock} UTC: {c.config_path} restored from ")
+    assert r.stdout.startswith(f"CT {c.name}: undid lxcfix's change of {day} {clock} UTC: "
+                               f"{c.config_path} restored from ")
     assert "removed 'lxc.cgroup2.devices.allow = /dev/net/tun rwm'" in r.stdout and "put back" not in r.stdout
     assert r.stdout.rstrip().endswith(f"CT {c.name} was running: restarted with the restored config")
     assert c.running() and c.init_pid() != pid and c.bpf_attached()
@@ -235,7 +236,8 @@ def test_rollback_goes_back_one_change_at_a_time_and_says_when_it_restarts(conta
     c.stop()
     r = lxcfix(env, "rollback", "--ct", c.name)
     assert r.returncode == 0 and Path(c.config_path).read_bytes() == old, r.stdout + r.stderr
-    assert r.stdout.rstrip().endswith(f"CT {c.name} is stopped: not started (the restored config applies at its next start)")
+    assert r.stdout.rstrip().endswith(f"CT {c.name} is stopped: not started "
+                                      "(the restored config applies at its next start)")
     assert not c.running()
 
     c.start()

@@ -111,7 +111,8 @@ def test_installed_command_is_absolute_so_proxmoxs_path_need_not_find_it(tmp_pat
     assert hook.installed_command("lxcfix", "/v/bin/python3") == [str(script), "hook"]  # found on the admin's PATH
     monkeypatch.chdir(tmp_path)
     assert hook.installed_command("bin/lxcfix", "/v/bin/python3") == [str(script), "hook"]
-    assert hook.installed_command("/src/lxcfix/__main__.py", "/v/bin/python3") == ["/v/bin/python3", "-m", "lxcfix", "hook"]
+    assert hook.installed_command("/src/lxcfix/__main__.py", "/v/bin/python3") == \
+        ["/v/bin/python3", "-m", "lxcfix", "hook"]
     assert hook.installed_command(str(tmp_path / "gone" / "lxcfix"), "/v/bin/python3")[1:] == ["-m", "lxcfix", "hook"]
     text = hook.snippet("fail", hook.installed_command(str(script), "/v/bin/python3"))
     assert text.endswith(f'\nexec {script} hook --mode fail "$@"\n') and f"command -v {script} " in text
