@@ -27,6 +27,7 @@ from .liveplan import LiveOps
 from .model import ApplyResult, Finding, Plan
 from .transaction import (
     Backend, Backup, Backups, Expect, Journal, Live, Lock, Restart, StateDir, Status, Step, Transaction, Verify, Write,
+    runs,
 )
 from .transport import Transport
 
@@ -275,7 +276,19 @@ class Applier:
         what that change wrote (edited by hand since, or changed by something else), it
         refuses and names what restoring would drop; --to BACKUP restores it anyway and
         says what it dropped."""
-        backup = to or self.backups.latest()
+        events = self.journal_of(path_shown)
+        hist = history(events)
+        undoing = None  # the change this rollback undoes (without --to)
+        if to is None and hist.changes:
+            undoing = hist.changes[-1]
+            backup = undoing.backup
+        elif to is None and hist.undone:  # every change lxcfix made is undone: never re-apply one
+            change, by = hist.undone[-1]
+            raise BadInput(f"CT {self.ct}: nothing earlier to roll back: every change lxcfix made to {path_shown} "
+                           f"is undone (the last undone, of {when(change.time)}, by the rollback of "
+                           f"{when(str(by.get('time', '')))}); nothing changed")
+        else:
+            backup = to or self.backups.latest()
         if to is not None and "/" not in to:
             backup = os.path.join(self.backups.dir, to)  # a name as `rollback` lists them
         if backup is None:
@@ -300,8 +313,8 @@ class Applier:
             current = _read(path)
         except OSError as e:
             raise BadInput(f"cannot read {path_shown}: {e.strerror or e}; nothing changed") from None
+        asked_restart = restart
         restart = restart and b is not None
-        events = self.journal_of(path_shown)
         interrupted = restart and _stopped_mid_apply(events, current)
         if current == old:
             note = self._start_if_stopped(interrupted)
@@ -329,15 +342,32 @@ class Applier:
         if interrupted:
             tx.state["force_start"] = True
         try:
-            tx.run()
+            result = tx.run()
         except ApplyFailed as e:
             raise RollbackFailed(f"restoring {path_shown} from {backup} failed: {e}") from None
-        when = f" (taken before lxcfix's change of {taken['time']})" if taken and taken.get("time") else ""
-        message = f"{path_shown} restored from {backup}{when}; " + (
-            f"dropped: {summary(lost)}" if lost else "nothing dropped")
+        change = undoing or (_change_of(taken) if taken else None)
+        head = f"CT {self.ct}: "
+        if change and change.time:
+            head += (f"back to before lxcfix's change of {when(change.time)}: " if to is not None else
+                     f"undid lxcfix's change of {when(change.time)}: ")
+        message = f"{head}{path_shown} restored from {backup}; " + restored_lines(lost)
         if interrupted:
             message += f"; CT {self.ct} started again (an apply was stopped while it was down)"
+        else:
+            message += "; " + self._restart_said(restart, asked_restart, bool(result.state.get("was_running")))
         return ApplyResult("restored", backup, False, True, message)
+
+    def _restart_said(self, restarted: bool, asked: bool, was_running: bool) -> str:
+        """Whether the rollback restarted the container, and if not, why and what that means."""
+        t, b = self.host.transport, self.host.backend
+        if b is None:
+            return "a snapshot: no container restarted"
+        if restarted:
+            return (f"CT {self.ct} was running: restarted with the restored config" if was_running else
+                    f"CT {self.ct} is stopped: not started (the restored config applies at its next start)")
+        running = b.status(t, self.ct) == "running"
+        return (f"CT {self.ct} not restarted (--no-restart): it runs with its previous config until it restarts"
+                if running else f"CT {self.ct} is stopped: the restored config applies at its next start")
 
     def _refuse_dropping(self, path_shown: str, backup: str, taken: dict | None, current: bytes | None,
                          lost: list[str]) -> None:
@@ -377,6 +407,77 @@ def _taken_by(events: list[dict], backup: str) -> dict | None:
         if e.get("event") == "backup" and e.get("backup") == backup:
             return e
     return None
+
+
+@dataclass(frozen=True)
+class Change:
+    """One change lxcfix made to a container's config (an apply, the hook's heal, or a rollback
+    to a backup of no change in effect), from the journal's "backup" event of its run:
+
+        Change(backup="/var/lib/lxcfix/backups/200/20261203T114414.996966Z-993b1c1e7bba.conf",
+               time="2026-12-03T11:44:15.011+00:00", digest_before="993b1c1e...", digest_after="7deaa253...")
+    """
+
+    backup: str
+    time: str
+    digest_before: str
+    digest_after: str
+
+
+@dataclass(frozen=True)
+class History:
+    """A config's changes by lxcfix: `changes` still in effect, oldest first (a rollback undoes the
+    last); `undone`: (change, the "backup" event of the rollback that undid it), in undo order."""
+
+    changes: tuple[Change, ...] = ()
+    undone: tuple[tuple[Change, dict], ...] = ()
+
+
+def _change_of(e: dict) -> Change:
+    return Change(str(e.get("backup", "")), str(e.get("time", "")), str(e.get("digest_before", "")),
+                  str(e.get("digest_after", "")))
+
+
+def history(events: list[dict]) -> History:
+    """The journal's events of one config (Applier.journal_of), as changes. A run counts once it
+    wrote the config ("written", or a rollback's "restored") and was not undone by its own failure
+    ("...rolled-back"): a run killed after the write is in effect. A rollback that restored the
+    backup of a change in effect undoes that change and every later one (`--to` an older backup);
+    one that restored anything else is a change itself. Pure.
+
+        history([apply A (done), rollback restoring A's backup (done)])
+            -> History(changes=(), undone=((A, <rollback's backup event>),))
+    """
+    stack: list[Change] = []
+    undone: list[tuple[Change, dict]] = []
+    for run in runs(events):
+        names = {str(e.get("event", "")) for e in run}
+        b = next((e for e in run if e.get("event") == "backup" and e.get("backup")), None)
+        if b is None or any(n.endswith("rolled-back") for n in names) or not names & {"written", "restored"}:
+            continue
+        restored = b.get("restored_from")
+        at = next((i for i, c in enumerate(stack) if c.backup == restored), None) if restored else None
+        if at is not None:
+            undone += [(c, b) for c in reversed(stack[at:])]
+            del stack[at:]
+        else:
+            stack.append(_change_of(b))
+    return History(tuple(stack), tuple(undone))
+
+
+def when(time: str) -> str:
+    """A journal time as people read it: "2026-12-03T11:44:15.011+00:00" -> "2026-12-03 11:44:15 UTC"."""
+    if len(time) >= 19 and time[10:11] == "T":
+        return time[:10] + " " + time[11:19] + (" UTC" if time.endswith(("+00:00", "Z")) else "")
+    return time or "an unknown time"
+
+
+def restored_lines(lost: list[str]) -> str:
+    """What a restore took away and put back, from dropped_lines()."""
+    gone = [l[1:] for l in lost if l.startswith("-")]
+    back = [l[1:] for l in lost if l.startswith("+")]
+    parts = ([f"removed {summary(gone)}"] if gone else []) + ([f"put back {summary(back)}"] if back else [])
+    return "; ".join(parts) or "no line changed"
 
 
 def dropped_lines(current: bytes, old: bytes) -> list[str]:

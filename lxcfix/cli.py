@@ -1002,7 +1002,7 @@ def hook(
     if mode not in hook_mod.MODES:
         raise BadInput(f"--mode must be fail or heal, not {mode!r}")
     if print_snippet:
-        sys.stdout.write(hook_mod.snippet(mode))
+        sys.stdout.write(hook_mod.snippet(mode, hook_mod.installed_command()))  # Proxmox's PATH lacks /usr/local/bin
         return Shown("snippet")
     if vmid is None or phase is None:
         raise BadInput("usage: lxcfix hook [--mode fail|heal] VMID PHASE")

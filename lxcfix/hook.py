@@ -1,6 +1,7 @@
 """lxcfix as a Proxmox VE hookscript: `lxcfix hook [--mode fail|heal] <vmid> <phase>`.
 
-    pct set 200 --hookscript local:snippets/lxcfix-hook.sh    # snippet(): exec lxcfix hook --mode fail "$@"
+    pct set 200 --hookscript local:snippets/lxcfix-hook.sh
+    # snippet(): exec /usr/local/bin/lxcfix hook --mode fail "$@"  (the path lxcfix was run from)
 
 Proxmox runs `<script> <vmid> <phase>` (pve-container, PVE::LXC::vm_start):
 inside `lock_config` (so the hook must never take the config lock: its parent
@@ -31,6 +32,8 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
@@ -111,8 +114,30 @@ def generated_style(style: str) -> str:
     return style if style in ("path", "numeric") else "path"
 
 
+def installed_command(argv0: str | None = None, executable: str | None = None) -> list[str]:
+    """This lxcfix as an argv that runs without PATH: the console script by the absolute path it
+    was started from, else this interpreter with `-m lxcfix`. Proxmox runs a hookscript with
+    PATH=/sbin:/bin:/usr/sbin:/usr/bin (pve-common PVE::CLIHandler::run_cli_handler for `pct`,
+    PVE::Daemon for pvedaemon and the HA resource agents), without /usr/local/bin, where the
+    README's pipx install puts the `lxcfix` console script.
+
+        installed_command("/usr/local/bin/lxcfix")          -> ["/usr/local/bin/lxcfix", "hook"]
+        installed_command("/x/lxcfix/__main__.py", "/v/bin/python3") -> ["/v/bin/python3", "-m", "lxcfix", "hook"]
+    """
+    argv0 = sys.argv[0] if argv0 is None else argv0
+    executable = executable or sys.executable
+    if argv0 and os.path.basename(argv0).startswith("lxcfix"):
+        found = argv0 if os.sep in argv0 else shutil.which(argv0)
+        if found and os.path.isfile(found) and os.access(found, os.X_OK):
+            return [os.path.abspath(found), "hook"]
+    return [os.path.abspath(executable), "-m", "lxcfix", "hook"]
+
+
 def snippet(mode: str = "fail", command: Sequence[str] = ("lxcfix", "hook")) -> str:
-    """The hookscript snippet (templates/hook/lxcfix-hook.sh) for this mode and command."""
+    """The hookscript snippet (templates/hook/lxcfix-hook.sh) for this mode and command
+    (`lxcfix hook --print-snippet` gives installed_command(): an absolute path, as the hook
+    runs with Proxmox's PATH); where command[0] is missing it says so on stderr (the task
+    log) and lets the start go on."""
     if mode not in MODES:
         raise ValueError(f"mode {mode!r}")
     lines = template_text(SNIPPET).splitlines()

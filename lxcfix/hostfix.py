@@ -109,6 +109,12 @@ def plan_host_unit(facts: HostFacts, existing: bytes | None, path: str | None = 
     )
 
 
+def exec_binaries(unit: bytes) -> tuple[str, ...]:
+    """The absolute programs a unit's ExecStart= lines run: b"ExecStart=/usr/bin/x -u" -> ("/usr/bin/x",)."""
+    found = re.findall(rb"^ExecStart=(/\S+)", unit, re.M)
+    return tuple(dict.fromkeys(b.decode("utf-8", "surrogateescape") for b in found))
+
+
 def verify_problems(result: Result, path: str) -> list[str]:
     """What `systemd-analyze verify` said about our unit. It exits 0 on unknown
     keys or values it ignores ("Unknown key ...", "Failed to parse ..."), so
@@ -171,19 +177,44 @@ def _lock_path() -> str:
     return os.path.join(env_path("LXCFIX_LOCK_DIR", "/run/lock/lxc"), "lxcfix-host-unit.lock")
 
 
+# systemd-analyze verify checks the ExecStart= binaries on the machine it runs on.
+NOT_EXECUTABLE = re.compile(r"Command (/\S+) is not executable")
+
+
+def snapshot_problems(problems: list[str]) -> tuple[list[str], list[str]]:
+    """(problems, binaries not checked) of a unit verified for a snapshot: `Command X is not
+    executable` is about this machine's X, not the snapshot host's, where the unit runs."""
+    binaries = [m.group(1) for p in problems if (m := NOT_EXECUTABLE.search(p))]
+    return [p for p in problems if not NOT_EXECUTABLE.search(p)], list(dict.fromkeys(binaries))
+
+
 @dataclass
 class UnitVerify(Step):
     """systemd-analyze verify: every line naming the unit is a problem. Not
-    installed: a note, not a failure (the unit is then not verified)."""
+    installed: a note, not a failure (the unit is then not verified).
+    snapshot: the name of the snapshot the unit is written into (--root); its ExecStart
+    binaries are that host's, so this machine's lack of them is "not checked", not a problem."""
 
     runner: object
     path: str
+    snapshot: str | None = None
+    binaries: tuple[str, ...] = ()  # this host's own unit (online): the ExecStart binaries check() looks for
     event = "verify"
     changes = False
     reached: str | None = "verified"
 
     def describe(self) -> str:
-        return f"{' '.join(VERIFY)} {self.path} (skipped if systemd-analyze is missing)"
+        also = f"; the ExecStart binaries are {self.snapshot}'s, not checked here" if self.snapshot else ""
+        return f"{' '.join(VERIFY)} {self.path} (skipped if systemd-analyze is missing{also})"
+
+    def check(self, tx) -> None:
+        """What do() would reject first on this host, said before anything is written (the error
+        do() raises): an ExecStart binary the host does not have (no nvidia-modprobe at that path)."""
+        missing = [b for b in self.binaries if not os.access(b, os.X_OK)]
+        if missing:
+            raise ApplyFailed(f"systemd-analyze verify rejects the unit: {UNIT_NAME} would run "
+                              f"{', '.join(missing)}, which is not executable on this host (install the NVIDIA "
+                              "driver's nvidia-modprobe, or give its path with --nvidia-modprobe); nothing changed")
 
     def do(self, tx) -> None:
         r = self.runner.run(VERIFY + [self.path], timeout=120)
@@ -192,6 +223,11 @@ class UnitVerify(Step):
             self.reached, self.event = None, None
             return
         self.problems = verify_problems(r, self.path)
+        if self.snapshot:
+            self.problems, unchecked = snapshot_problems(self.problems)
+            tx.state.setdefault("notes", []).extend(
+                f"not checked: whether {b} is executable on {self.snapshot} (systemd-analyze verify looks on "
+                "this machine, which lacks it)" for b in unchecked)
         self.rc = r.rc
         if self.problems:
             tx.journal_event("verify", rc=r.rc, problems=self.problems)
@@ -257,7 +293,8 @@ def host_unit_transaction(target, plan: Plan, *, enable: bool = True, now: bool 
         steps += [Backup(unit_backups(state), current, plan.digest),
                   Write(path, current, plan.after, None, shown=plan.path, mode=0o644)]
         if verify:
-            steps.append(UnitVerify(runner, path))
+            steps.append(UnitVerify(runner, path, snapshot=None if live else host,
+                                    binaries=exec_binaries(plan.after) if sd.mode == "online" else ()))
         if sd.mode == "online":
             steps.append(Run(runner, sd.systemctl("daemon-reload"), "daemon-reload",
                              undo_argv=sd.systemctl("daemon-reload"), undo_last=True))

@@ -5,7 +5,9 @@
 #   install -m 0755 lxcfix-hook.sh /var/lib/vz/snippets/lxcfix-hook.sh
 #   pct set <vmid> --hookscript local:snippets/lxcfix-hook.sh
 #
-# Proxmox runs it as `lxcfix-hook.sh <vmid> <phase>`. --mode fail refuses the
+# Proxmox runs it as `lxcfix-hook.sh <vmid> <phase>`, with PATH=/sbin:/bin:/usr/sbin:/usr/bin
+# (no /usr/local/bin), so `lxcfix hook --print-snippet` writes the absolute path
+# lxcfix runs from into the lines below. --mode fail refuses the
 # start and says what to run; --mode heal fixes the config (backup + journal)
 # and lets the container start with the fix.
 #

@@ -15,7 +15,10 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -24,6 +27,8 @@ from lxcfix import audit, gather, hostfix, repair
 from lxcfix.errors import ApplyFailed
 
 from . import harness
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -184,3 +189,57 @@ def test_v1_key_overbroad_rule_and_card_index_each_get_a_change_that_works(conta
     assert harness.open_errno(c, "/dev/net/tun") == "ok"  # the exact rule is enough
     after = {i.code for i in audit_of([c.name]).items if i.ct == c.name}
     assert not after & {"LXF102", "LXF104"}
+
+
+def test_the_printed_host_fix_for_a_snapshot_does_what_its_check_run_says(tmp_path, request):
+    """`lxcfix audit --root SNAP` prints `lxcfix host-fix --root "$snap" --yes` (on a copy). Its
+    check run said "would go ahead" while the run exited 4: systemd-analyze verify looked for
+    the unit's nvidia-modprobe on this machine, which is the snapshot host's binary. Both, run
+    by bash as printed, now agree; the copy gets the unit, enabled, with the binary named as not
+    checked; the real systemd-analyze and systemctl --root do the work."""
+    if not (shutil.which("systemd-analyze") and shutil.which("systemctl")):
+        pytest.fail("systemd-analyze and systemctl are needed (Debian's systemd package)")
+    snap = tmp_path / "pve-gpu-host"
+    shutil.copytree(REPO / "examples" / "pve-gpu-host", snap)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "lxcfix").write_text(f"#!/bin/sh\nPYTHONPATH={shlex.quote(str(REPO))} exec "
+                                    f"{shlex.quote(sys.executable)} -m lxcfix \"$@\"\n")
+    (bin_dir / "lxcfix").chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LXCFIX_")}
+    env.update(PATH=f"{bin_dir}:{env['PATH']}", COLUMNS="400", TERM="dumb")
+
+    def bash(line: str) -> subprocess.CompletedProcess:
+        script = f'{line}\nrc=$?\necho "snap=${{snap-}}"\nexit $rc\n'
+        return subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=180, stdin=subprocess.DEVNULL)
+
+    audited = bash(f"lxcfix audit --root {shlex.quote(str(snap))}")
+    assert audited.returncode == 1, audited.stderr
+    (printed,) = {l.strip().split("    #")[0].strip() for l in audited.stdout.splitlines()
+                  if "lxcfix host-fix --root" in l}
+    assert printed.endswith('lxcfix host-fix --root "$snap" --yes'), printed
+
+    check = bash(printed.replace(" --yes", " --dry-run"))
+    went = "check: every step's precondition holds: host-fix would go ahead"
+    assert check.returncode == 1 and went in check.stdout, check.stdout + check.stderr
+    made = [Path(check.stdout.strip().splitlines()[-1].removeprefix("snap="))]
+
+    ran = bash(printed)
+    made.append(Path(ran.stdout.strip().splitlines()[-1].removeprefix("snap=")))
+    for d in made:  # the copies the printed lines made ($(mktemp -d)/...)
+        request.addfinalizer(lambda d=d: shutil.rmtree(d.parent, ignore_errors=True) if d.name else None)
+    assert ran.returncode == 0, ran.stdout + ran.stderr  # what the check run said: it goes ahead
+    assert "the ExecStart binaries are " in check.stdout and "not checked here" in check.stdout
+    copy = made[-1]
+    assert copy.is_dir() and copy != snap
+    unit = copy / "etc/systemd/system" / hostfix.UNIT_NAME
+    assert unit.read_bytes() == hostfix.render_unit("pve")
+    assert (copy / "etc/systemd/system/multi-user.target.wants" / hostfix.UNIT_NAME).is_symlink()
+    assert f"{hostfix.UNIT_NAME}: enabled" in ran.stdout
+    if not os.path.exists(hostfix.MODPROBE):
+        assert f"not checked: whether {hostfix.MODPROBE} is executable on " in ran.stdout
+    assert not (snap / "etc/systemd/system").exists()  # the bundled snapshot itself is untouched
+    again = bash(f"lxcfix audit --root {shlex.quote(str(copy))} --for reboot --json")
+    doc = json.loads(again.stdout.rsplit("\nsnap=", 1)[0])
+    assert not [i for c in doc["containers"] for i in c["findings"] if i["code"] == "LXF112"]

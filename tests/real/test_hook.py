@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -202,3 +203,90 @@ def test_heal_runs_nvidia_modprobe_as_a_journaled_step(pve, env, moved, tmp_path
     (ran,) = [e for e in journal(env) if e["event"] == "hook-nvidia-modprobe-command"]
     assert (ran["argv"], ran["rc"], ran["ct"]) == ([str(modprobe), "-u", "-c0"], 0, ct.vmid)
     assert Path(ct.conf_path).read_bytes() == before and not ct.running()
+
+
+# ---------------------------------------------------------------- the snippet as Proxmox runs it
+
+# What Proxmox gives a hookscript (cited in tests/real/bin/pct, hook_env): pve-guest-common
+# PVE::GuestHelpers::exec_hookscript runs [script, vmid, phase] through pve-common
+# PVE::Tools::run_command = PVE::Cmd::run (open3: stdin a pipe closed at once; LC_ALL=C,
+# LVM_SUPPRESS_FD_WARNINGS=1), from PVE::LXC::vm_start (pre-start, post-start) and PVE::LXC::vm_stop
+# (pre-stop) in the task worker of `pct` (PVE::CLIHandler::run_cli_handler: PATH=/sbin:/bin:/usr/sbin:/usr/bin)
+# or of pvedaemon/the HA agents (PVE::Daemon: the same PATH; cwd /); post-stop from
+# src/lxc-pve-poststop-hook (LXC's hook in pve-container@.service: systemd's PATH, LXC_* variables).
+PROXMOX_ENV = {"PATH": "/sbin:/bin:/usr/sbin:/usr/bin", "LC_ALL": "C", "LVM_SUPPRESS_FD_WARNINGS": "1"}
+
+
+def pipx_install(tmp_path: Path) -> Path:
+    """lxcfix installed as the README's pipx install does it: a bin dir on no PATH Proxmox uses
+    (pipx's PIPX_BIN_DIR=/usr/local/bin) holding a link to the venv's console script; here, the
+    console script pip made beside this interpreter (`pip install -e .` of this checkout)."""
+    script = Path(sys.executable).parent / "lxcfix"
+    if not os.access(script, os.X_OK):
+        pytest.skip(f"no lxcfix console script beside {sys.executable}: pip install -e .")
+    where = subprocess.run([sys.executable, "-c", "import lxcfix; print(lxcfix.__file__)"], env={}, cwd="/",
+                           capture_output=True, text=True, timeout=60).stdout.strip()
+    here = str(Path(__file__).resolve().parents[2])
+    if not where.startswith(here + os.sep):
+        pytest.skip(f"{script} runs another checkout's lxcfix ({where}): pip install -e {here}")
+    bin_dir = tmp_path / "pipx-bin"
+    bin_dir.mkdir()
+    (bin_dir / "lxcfix").symlink_to(script)
+    return bin_dir / "lxcfix"
+
+
+def as_proxmox(snippet: Path, vmid: str, phase: str):
+    """The snippet run as exec_hookscript runs it: env -i with Proxmox's PATH and LC_ALL, cwd /,
+    `<script> <vmid> <phase>`; plus only lxcfix's test variables (its /etc/pve, state, /proc/devices)."""
+    env = {k: v for k, v in os.environ.items() if k.startswith("LXCFIX_")}
+    env.update(PROXMOX_ENV)
+    return harness.sh(["env", "-i", *(f"{k}={v}" for k, v in env.items()), "sh", "-c",
+                       'cd / && exec "$0" "$@" </dev/null', str(snippet), vmid, phase], timeout=90)
+
+
+def test_the_printed_snippet_checks_with_proxmoxs_path_in_every_phase(pve, env, moved, tmp_path):
+    """`lxcfix hook --print-snippet` from an admin's shell (lxcfix found on its PATH, in a pipx bin
+    dir Proxmox's PATH lacks) gives a snippet that runs that lxcfix by its absolute path: with
+    Proxmox's environment the pre-start check refuses a stale major, the fixed config starts and
+    post-start probes it, pre-stop and post-stop pass; without the install it says so and lets go."""
+    node, major = moved
+    lxcfix = pipx_install(tmp_path)
+    snippet = env / "snippets" / "lxcfix-hook.sh"
+    admin = {"PATH": f"{lxcfix.parent}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root"}
+    r = harness.sh(["sh", "-c", f'lxcfix hook --print-snippet --mode fail > "$1" && chmod +x "$1"', "sh",
+                    str(snippet)], env=admin)
+    assert r.ok, r.stderr
+    ct = pinned_ct(pve, node, major)
+
+    blocked = as_proxmox(snippet, ct.vmid, "pre-start")
+    assert blocked.rc == 1 and "not installed" not in blocked.stderr, blocked.stdout + blocked.stderr
+    assert f"CT {ct.vmid} must not start" in blocked.stderr and f"Run: lxcfix apply --ct {ct.vmid}" in blocked.stderr
+    r = pve.pct("start", ct.vmid, timeout=60)  # the shim runs it the same way (hook_env)
+    assert r.rc != 0 and f"hookscript error for {ct.vmid} on pre-start" in r.stderr and "LXF101" in r.stderr
+    assert not ct.running()
+    assert f'\nexec {lxcfix} hook --mode fail "$@"\n' in snippet.read_text()  # by its path: no PATH needed
+
+    ct.write_conf(ct.conf_text().replace(f"c {major - 1}:* rwm", f"c {major}:* rwm"))
+    r = pve.pct("start", ct.vmid, timeout=90)  # pre-start passes, post-start probes inside
+    assert r.rc == 0, r.stderr
+    assert f"lxcfix: CT {ct.vmid}: device rules match this host" in r.stdout
+    assert ct.running() and ct.bpf_attached() and harness.open_errno(ct, "/dev/nvidia-uvm") == "ENXIO"
+    for phase in ("pre-start", "post-start"):
+        r = as_proxmox(snippet, ct.vmid, phase)
+        assert r.rc == 0 and r.stderr == "", (phase, r.stdout, r.stderr)
+    pre = [e for e in journal(env) if e["event"] == "hook-pre-start"]
+    assert [(e["decision"], e["ct"]) for e in pre] == [("blocked", ct.vmid)] * 2 + [("ok", ct.vmid)] * 2
+    post = [e for e in journal(env) if e["event"] == "hook-post-start"]
+    assert len(post) == 2 and all(e["status"] == "running" and e["errors"] == [] for e in post)
+    for phase in ("pre-stop", "post-stop"):
+        r = as_proxmox(snippet, ct.vmid, phase)
+        assert (r.rc, r.stdout, r.stderr) == (0, "", ""), phase
+    ct.stop()  # the shim runs pre-stop and post-stop too
+    assert not ct.running() and len(journal(env)) == 6  # both stop phases check nothing, record nothing
+
+    lxcfix.unlink()  # a node without lxcfix (a restore, a migration): say so, let the start go on
+    r = pve.pct("start", ct.vmid, timeout=60)
+    assert r.rc == 0 and ct.running(), r.stderr
+    r = as_proxmox(snippet, ct.vmid, "pre-start")
+    assert r.rc == 0 and r.stderr.startswith(f"lxcfix hook: {lxcfix} is not installed on "), r.stderr
+    assert r.stderr.rstrip().endswith(f"; not checking CT {ct.vmid}")

@@ -195,3 +195,57 @@ def test_failed_start_rolls_back_and_runs_old_config(pve, env, tmp_path, monkeyp
     assert ct.running() and ct.bpf_attached()
     events = [json.loads(l)["event"] for l in (Path(env["LXCFIX_STATE_DIR"]) / "journal.jsonl").read_text().splitlines()]
     assert events == ["backup", "written", "failed", "rolled-back"]
+
+
+def test_rollback_goes_back_one_change_at_a_time_and_says_when_it_restarts(container_factory, tun, env):
+    """apply, rollback, rollback again on a running container: the first rollback undoes the
+    apply (named by its date) and restarts the container, saying so; the second finds nothing
+    earlier and changes nothing (before, it re-applied the fix and restarted again); a stopped
+    container is not started, and the rollback says that too."""
+    c = container_factory([TUN_MOUNT])
+    old = Path(c.config_path).read_bytes()
+    r = lxcfix(env, "apply", "--ct", c.name, "--yes")
+    assert r.returncode == 0, r.stdout + r.stderr
+    fixed = Path(c.config_path).read_bytes()
+    assert fixed != old and harness.open_errno(c, "/dev/net/tun") == "ok"
+    (applied,) = [json.loads(l) for l in (Path(env["LXCFIX_STATE_DIR"]) / "journal.jsonl").read_text().splitlines()
+                  if json.loads(l)["event"] == "backup"]
+
+    pid = c.init_pid()
+    r = lxcfix(env, "rollback", "--ct", c.name)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert Path(c.config_path).read_bytes() == old
+    day, clock = applied["time"][:10], applied["time"][11:19]
+    assert r.stdout.startswith(f"CT {c.name}: undid lxcfix's change of {day} {clock} UTC: "
+                               f"{c.config_path} restored from ")
+    assert "removed 'lxc.cgroup2.devices.allow = /dev/net/tun rwm'" in r.stdout and "put back" not in r.stdout
+    assert r.stdout.rstrip().endswith(f"CT {c.name} was running: restarted with the restored config")
+    assert c.running() and c.init_pid() != pid and c.bpf_attached()
+    assert harness.open_errno(c, "/dev/net/tun") == "EPERM"
+
+    pid = c.init_pid()
+    for _ in range(2):
+        r = lxcfix(env, "rollback", "--ct", c.name)
+        assert r.returncode == 2 and r.stdout == "", r.stdout + r.stderr
+        assert f"CT {c.name}: nothing earlier to roll back" in r.stderr and "nothing changed" in r.stderr
+        assert Path(c.config_path).read_bytes() == old
+        assert c.init_pid() == pid and harness.open_errno(c, "/dev/net/tun") == "EPERM"  # not restarted
+
+    r = lxcfix(env, "apply", "--ct", c.name, "--yes")
+    assert r.returncode == 0 and Path(c.config_path).read_bytes() == fixed
+    c.stop()
+    r = lxcfix(env, "rollback", "--ct", c.name)
+    assert r.returncode == 0 and Path(c.config_path).read_bytes() == old, r.stdout + r.stderr
+    assert r.stdout.rstrip().endswith(f"CT {c.name} is stopped: not started "
+                                      "(the restored config applies at its next start)")
+    assert not c.running()
+
+    c.start()
+    r = lxcfix(env, "apply", "--ct", c.name, "--yes")
+    assert r.returncode == 0 and harness.open_errno(c, "/dev/net/tun") == "ok"
+    pid = c.init_pid()
+    r = lxcfix(env, "rollback", "--ct", c.name, "--no-restart")
+    assert r.returncode == 0 and Path(c.config_path).read_bytes() == old, r.stdout + r.stderr
+    assert r.stdout.rstrip().endswith(f"CT {c.name} not restarted (--no-restart): it runs with its previous "
+                                      "config until it restarts")
+    assert c.init_pid() == pid and harness.open_errno(c, "/dev/net/tun") == "ok"

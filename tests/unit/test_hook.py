@@ -97,3 +97,22 @@ def test_main_parses_proxmox_argv(monkeypatch, capsys):
     assert seen == {"vmid": "200", "phase": "pre-start", "mode": "fail", "style": "auto"}
     assert capsys.readouterr().err == "lxcfix: CT 200 must not start\n"
     assert cli.run(["hook", "--mode", "bogus", "200", "pre-start"]) == 2
+
+
+def test_installed_command_is_absolute_so_proxmoxs_path_need_not_find_it(tmp_path, monkeypatch):
+    """Proxmox runs the hookscript with PATH=/sbin:/bin:/usr/sbin:/usr/bin; the snippet names the
+    console script by the path it was run from (pipx: /usr/local/bin/lxcfix), else `python -m`."""
+    script = tmp_path / "bin" / "lxcfix"
+    script.parent.mkdir()
+    script.write_text("#!/bin/sh\n")
+    script.chmod(0o755)
+    assert hook.installed_command(str(script), "/v/bin/python3") == [str(script), "hook"]
+    monkeypatch.setenv("PATH", str(script.parent))
+    assert hook.installed_command("lxcfix", "/v/bin/python3") == [str(script), "hook"]  # found on the admin's PATH
+    monkeypatch.chdir(tmp_path)
+    assert hook.installed_command("bin/lxcfix", "/v/bin/python3") == [str(script), "hook"]
+    assert hook.installed_command("/src/lxcfix/__main__.py", "/v/bin/python3") == \
+        ["/v/bin/python3", "-m", "lxcfix", "hook"]
+    assert hook.installed_command(str(tmp_path / "gone" / "lxcfix"), "/v/bin/python3")[1:] == ["-m", "lxcfix", "hook"]
+    text = hook.snippet("fail", hook.installed_command(str(script), "/v/bin/python3"))
+    assert text.endswith(f'\nexec {script} hook --mode fail "$@"\n') and f"command -v {script} " in text

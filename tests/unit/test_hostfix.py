@@ -226,3 +226,62 @@ def test_dry_run_steps_name_every_command(sysroot, tmp_path):
     assert any(s.startswith("systemd-analyze verify ") for s in steps)
     assert f"systemctl --root={tmp_path / 'root'} enable {hostfix.UNIT_NAME}" in steps
     assert not any("daemon-reload" in s for s in steps)  # offline: nothing to reload
+
+
+def test_a_snapshots_unit_binary_is_not_this_hosts_so_a_missing_one_is_not_checked(sysroot, tmp_path):
+    """--root: the unit's nvidia-modprobe is the snapshot host's, so systemd-analyze verify's
+    "Command ... is not executable" (about this machine) is said as not checked, not a failure:
+    the run goes ahead as its check run said. Any other line still fails it; on a live host the
+    same line still fails it."""
+    p = str(sysroot / hostfix.UNIT_NAME)
+    missing = Result(1, "", f"{hostfix.UNIT_NAME}: Command /usr/bin/nvidia-modprobe is not executable: "
+                            "No such file or directory\n")
+    assert hostfix.snapshot_problems(hostfix.verify_problems(missing, p)) == ([], ["/usr/bin/nvidia-modprobe"])
+    runner = Runner(name="pve-gpu-host", fail={"verify": missing})  # a snapshot's commands run here: given
+    snapshot = Target(runner, root=str(tmp_path / "root"), live=False)
+    plan = hostfix.plan_host_unit(gpu_facts(), None)
+    tx = hostfix.host_unit_transaction(snapshot, plan, enable=True, runner=runner)
+    assert tx.check().ok
+    assert any("the ExecStart binaries are pve-gpu-host's, not checked here" in s for s in tx.describe_steps())
+    result = hostfix.apply_host_unit(snapshot, plan, enable=True, runner=runner)
+    assert runner.calls[0] == ["systemd-analyze", "verify", "--man=no", p]
+    assert (result.step_reached, result.verified) == ("enabled", True)
+    assert result.message == ("not checked: whether /usr/bin/nvidia-modprobe is executable on pve-gpu-host "
+                              "(systemd-analyze verify looks on this machine, which lacks it)")
+    assert (sysroot / hostfix.UNIT_NAME).read_bytes() == plan.after
+
+    os.unlink(p)
+    bad = Result(1, "", missing.stderr + f"{p}:3: Unknown key 'X' in section [Unit], ignoring.\n")
+    with pytest.raises(ApplyFailed) as e:
+        hostfix.apply_host_unit(Target(Runner(), root=str(tmp_path / "root"), live=False), plan, enable=True,
+                                runner=Runner(fail={"verify": bad}))
+    assert "Unknown key 'X'" in str(e.value) and "nvidia-modprobe" not in str(e.value).split("\nrolled back")[0]
+    assert not os.path.exists(p)
+    with pytest.raises(ApplyFailed) as e:  # live: this host's own binary, which the unit runs at boot
+        hostfix.apply_host_unit(Target(Runner(fail={"verify": missing})), plan, enable=True)
+    assert "nvidia-modprobe is not executable" in str(e.value) and not os.path.exists(p)
+
+
+def test_on_this_hosts_own_systemd_the_check_run_refuses_a_missing_nvidia_modprobe(sysroot, tmp_path):
+    """Installed for this host (/etc/systemd/system, online), the unit runs this host's nvidia-modprobe:
+    check mode finds it missing, as verify would, so --dry-run and the run give the same verdict
+    (exit 4, the error verify raises, before anything is written); with the binary there, both go
+    ahead. Nothing is written here."""
+    path = os.path.join(hostfix.SYSTEMD_DIR, hostfix.UNIT_NAME)
+    if os.path.lexists(path) or not os.path.isdir(hostfix.SYSTEMD_DIR):
+        pytest.skip(f"{path} exists on this machine, or {hostfix.SYSTEMD_DIR} does not")
+    assert hostfix.exec_binaries(hostfix.render_unit("pve", modprobe="/opt/x/nvidia-modprobe")) == \
+        ("/opt/x/nvidia-modprobe",)
+    runner = Runner()
+    for modprobe, ok in ((str(tmp_path / "no-such"), False), ("/bin/true", True)):
+        plan = hostfix.plan_host_unit(gpu_facts(), None, path, modprobe=modprobe)
+        verdict = hostfix.host_unit_transaction(Target(runner), plan, enable=True).check()
+        assert verdict.ok is ok, verdict
+        if not ok:
+            assert isinstance(verdict.error, ApplyFailed) and verdict.exit_code == 4
+            assert f"would run {modprobe}, which is not executable on this host" in verdict.message
+            assert verdict.step.startswith("systemd-analyze verify --man=no ")
+            with pytest.raises(ApplyFailed) as e:  # the run: the same check, before anything
+                hostfix.apply_host_unit(Target(runner), plan, enable=True)
+            assert str(e.value) == verdict.message
+    assert runner.calls == [] and not os.path.lexists(path)
