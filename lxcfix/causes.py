@@ -446,8 +446,22 @@ def _subjects(fs: list[Finding], nodes: list[_Node | None], facts: HostFacts | N
 
 
 def _paths(fs: list[Finding], codes: Iterable[str]) -> list[str]:
+    """The devices these findings name; where none names one (a rule for a driver whose nodes
+    the host does not have), what they are about instead: the rule, the numbers, or that
+    lxcfix could not name it. Never empty, so no title has an empty name slot."""
     codes = set(codes)
-    return list(dict.fromkeys(f.device for f in fs if f.code in codes and f.device))
+    named = list(dict.fromkeys(f.device for f in fs if f.code in codes and f.device))
+    if named:
+        return named
+    about = [f"the nodes {f.rule} allows" if f.rule else
+             f"{f.numbers[0]} {f.numbers[1]}:{f.numbers[2]}" if f.numbers else ""
+             for f in fs if f.code in codes]
+    return list(dict.fromkeys(a for a in about if a)) or ["a device lxcfix could not name"]
+
+
+def _one(paths: list[str]) -> bool:
+    """One node named by its path (a fallback of _paths names nodes in the plural)."""
+    return len(paths) == 1 and paths[0].startswith("/")
 
 
 def _what(ct: str, fs: list[Finding], family: str | None, fallback: str) -> str:
@@ -476,12 +490,12 @@ def _title(kind: str | None, ct: str, fs: list[Finding], nodes: list[_Node | Non
         paths = _paths(fs, codes.where(kind=kind))
         starts = next((f.message.split(": ", 1)[1] for f in fs if f.code == "LXF112" and ": " in f.message), "")
         what = _what(ct, fs, family, f"CT {ct} lacks {_join(paths)}")
-        return f"{what}: {_join(paths)} {'does' if len(paths) == 1 else 'do'} not exist on the host" + \
+        return f"{what}: {_join(paths)} {'does' if _one(paths) else 'do'} not exist on the host" + \
             (f" ({starts})" if starts else "")
     if kind == "not-passed-in":
         paths = _paths(fs, codes.where(kind=kind)) or _paths(fs, DEVICE_KIND)
         what = _what(ct, fs, family, f"CT {ct} lacks {_join(paths)}")
-        return f"{what}: {_join(paths)} {'is' if len(paths) == 1 else 'are'} not passed into the container"
+        return f"{what}: {_join(paths)} {'is' if _one(paths) else 'are'} not passed into the container"
     if kind == "no-access":
         paths = _paths(fs, codes.where(kind=kind))
         return (f"CT {ct}'s users cannot open {_join(paths)}: EACCES from the node's owner, group or mode "
@@ -517,9 +531,9 @@ def _proof(kind: str | None, fs: list[Finding]) -> tuple[str, ...]:
         out.append(f.message)
     for code, errno in (("LXF200", "EPERM"), ("LXF201", "EACCES")):
         if code in by:
-            out.append(f"open() inside gives {errno}: " + ", ".join(f.device or "?" for f in by[code]))
+            out.append(f"open() inside gives {errno}: " + ", ".join(_paths(by[code], (code,))))
     if "LXF202" in by:
-        out.append("absent inside the container: " + ", ".join(f.device or "?" for f in by["LXF202"]))
+        out.append("absent inside the container: " + ", ".join(_paths(by["LXF202"], ("LXF202",))))
     for f in by.get("LXF101", none) + by.get("LXF102", none):
         out += f.evidence[:2]
     if not out or kind != "cgroup-denies":

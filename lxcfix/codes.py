@@ -227,7 +227,7 @@ CODES: dict[str, Code] = {c.code: c for c in (
          ("numeric", "The same mount entry; the numeric rule you have stays.")),
         "The container makes the node itself with mknod (common.conf allows `c *:* m`, so mknod works "
         "and only open() is policed), or the rule is left over on purpose.",
-        family="allowlist", subject=("device", "line"), verify="always", live=True, kind="not-passed-in",
+        family="allowlist", subject=("device", "rule", "line"), verify="always", live=True, kind="not-passed-in",
         node=True,
     ),
     Code(

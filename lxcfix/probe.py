@@ -39,7 +39,7 @@ from .codes import make
 from .errors import BadInput
 from .bounded import excerpt, uint
 from .facts import ID_MAX, MAJOR_MAX, MINOR_MAX
-from .fixes import exact_allow as allow_rule
+from .fixes import exact_allow as allow_rule, plan_command
 from .render import template_text
 from .model import AccessSeen, AccessTry, Finding, Fix, GroupSeen, NodeOwner, ProbeNode, ProbeResult
 
@@ -333,8 +333,7 @@ class _Context:
 
     @property
     def plan(self) -> str:
-        cmd = f"lxcfix plan --ct {self.ct}"
-        return cmd if self.host in ("", "localhost") else f"{cmd} --host {self.host}"
+        return plan_command(self.ct, self.host)
 
     def finding(self, code: str, message: str, device: str | None, evidence: Iterable[str],
                 fix: str | None = None, live_fixable: bool | None = None, severity: str | None = None,

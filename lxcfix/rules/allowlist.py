@@ -146,7 +146,7 @@ def repairs(ctx) -> Repairs:
     def via_devn(g: Given) -> bool:
         return style == "devn" and g.via == "mount" and g.from_dir is None
 
-    plan = f"lxcfix plan --ct {ctx.ct}"
+    plan = fixes.plan_command(ctx.ct)
     stale: dict[int, Fix] = {}
     for s in needs.stale:
         r = s.rule.rule
@@ -182,7 +182,10 @@ def repairs(ctx) -> Repairs:
     unpassed: dict[int, Fix] = {}
     for u in needs.unpassed:
         title = f"pass the node in with a mount entry or devN entry ({plan})"
-        if style == "devn":
+        if not u.nodes:  # nothing to pass in: no plan can help, and none is named
+            unpassed[u.rule.index] = Fix(f"no {u.profile.name} node exists on this host to pass in: load its "
+                                         "driver, or drop the rule if the container does not need it")
+        elif style == "devn":
             unpassed[u.rule.index] = Fix(title, tuple(devn(n) for n in u.nodes), "needs-restart")
         else:
             unpassed[u.rule.index] = Fix(title, tuple(fixes.mount_edit([n]) for n in u.nodes), "safe")
@@ -222,6 +225,11 @@ def _migrate_to_devn(ctx, needs: Needs, done: list[Fix], devn) -> Fix | None:
 
 def _serves(rule: DeviceRule, node: DeviceNode) -> bool:
     return rule.major is not None and rule.covers(node.kind, node.major, node.minor)
+
+
+def _rule(rule: DeviceRule) -> str:
+    """'c 195:*': a rule as LXC reads it, without its access."""
+    return f"{rule.kind} {rule.major}:{'*' if rule.minor is None else rule.minor}"
 
 
 def _dev(node: DeviceNode) -> str:
@@ -274,7 +282,7 @@ def check(ctx) -> list:
             device=u.nodes[0].path if u.nodes else None,
             evidence=(f"{ctx.config.path}:{u.rule.index + 1}: {u.rule.key}: {u.rule.value}",
                       "no lxc.mount.entry or devN entry for it"),
-            fix=fixed.unpassed[u.rule.index], line=u.rule.index + 1,
+            fix=fixed.unpassed[u.rule.index], line=u.rule.index + 1, rule=_rule(u.rule.rule),
         ))
     out += _mig_caps(ctx, needs)
     for g in needs.absent:
@@ -304,9 +312,9 @@ def check(ctx) -> list:
 def not_a_node_fix(path: str, what: str, profile: str | None) -> Fix:
     """LXF159: what is at the path is the admin's to remove (lxcfix never deletes on the host);
     the driver then makes the node."""
-    how = "rmdir" if what == "directory" else "rm"
+    how = fixes.command("rmdir" if what == "directory" else "rm", path)
     hint = create_node_fix(path, profile).title
-    return Fix(f"remove the {what} at {path} (`{how} {path}`, after checking nothing else uses it), then {hint}")
+    return Fix(f"remove the {what} at {path} (`{how}`, after checking nothing else uses it), then {hint}")
 
 
 def create_node_fix(path: str, profile: str | None) -> Fix:
@@ -316,8 +324,8 @@ def create_node_fix(path: str, profile: str | None) -> Fix:
     argv = fixes.modprobe_argv(path)
     if argv is None:
         return Fix(hint)
-    return Fix(hint, commands=(" ".join(argv), f"{fixes.HOST_FIX}    # installs {fixes.UNIT}: creates the nodes "
-                                                "at every boot, before guests start"))
+    return Fix(hint, commands=(fixes.command(*argv), f"{fixes.HOST_FIX}    # installs {fixes.UNIT}: creates the "
+                                                    "nodes at every boot, before guests start"))
 
 
 

@@ -22,7 +22,7 @@ import re
 import shlex
 import stat
 
-from .. import ctconfig, devices
+from .. import ctconfig, devices, fixes
 from ..effective import parse_devn
 from ..model import Edit, Fix
 
@@ -74,7 +74,7 @@ def snippet_fix(ctx, volid: str, path: str | None, problem: str, index: int | No
     ours = volid.rpartition("/")[2].startswith("lxcfix")
     if path is not None and "not executable" in problem:
         return Fix("make the snippet executable", commands=(f"chmod 0755 {shlex.quote(path)}",))
-    drop = f"pct set {ctx.ct} --delete hookscript"
+    drop = fixes.command("pct", "set", ctx.ct, "--delete", "hookscript")
     if ours and path is not None:
         quoted = shlex.quote(path)
         return Fix("install lxcfix's hook snippet on this host (every node a container may start on)",
@@ -152,12 +152,12 @@ def pending(ctx) -> list:
             evidence=(f"{ctx.config.path} [pve:pending]: {what}",
                       f"running config: {key}: {now}" if now is not None else f"running config: no {key}"),
             fix=Fix("drop it (or make what it needs exist) before the next start", commands=(
-                f"pct pending {ctx.ct}    # every pending change",
-                f"pct set {ctx.ct} --revert {key}    # drops this one"))
+                fixes.command("pct", "pending", ctx.ct, comment="every pending change"),
+                fixes.command("pct", "set", ctx.ct, "--revert", key, comment="drops this one")))
             if fails else Fix("restart to apply it now, or drop it", commands=(
-                f"pct pending {ctx.ct}    # every pending change",
-                f"pct reboot {ctx.ct}    # applies the pending changes now",
-                f"pct set {ctx.ct} --revert {key}    # or drops this one"))))
+                fixes.command("pct", "pending", ctx.ct, comment="every pending change"),
+                fixes.command("pct", "reboot", ctx.ct, comment="applies the pending changes now"),
+                fixes.command("pct", "set", ctx.ct, "--revert", key, comment="or drops this one")))))
     return out
 
 
