@@ -33,11 +33,13 @@ MODPROBE = "nvidia-modprobe"
 # ---- config lines
 
 def rule_groups(nodes: Sequence[DeviceNode], facts: HostFacts) -> list[render.RuleGroup]:
-    """One wildcard rule per major one driver owns whole; exact minors otherwise."""
+    """One wildcard rule per major one driver owns whole; exact minors otherwise (and for a
+    profile whose wildcard would grant more than its nodes: nvidia-caps)."""
     groups: dict[tuple, list[DeviceNode]] = {}
     for n in nodes:
         profile = devices.profile_for_major(n.major, facts, n.minor)
-        whole = n.kind == "c" and profile is not None and profile.owns_major() and n.major not in devices.SHARED_MAJORS
+        whole = n.kind == "c" and profile is not None and profile.owns_major() and profile.wildcard \
+            and n.major not in devices.SHARED_MAJORS
         groups.setdefault((n.kind, n.major, None if whole else n.minor), []).append(n)
     return [render.RuleGroup(k, M, m if m is not None else ns[0].minor, m is None, tuple(ns))
             for (k, M, m), ns in groups.items()]

@@ -17,6 +17,7 @@ from .. import probe as probe_mod
 from ..devices import describe
 from ..model import Finding, Fix
 from .access import group_access_fix, root_refusal_expected
+from .allowlist import needs_no_rule
 
 
 def expected(ctx) -> dict[str, tuple[str, int, int]]:
@@ -85,9 +86,11 @@ def check(ctx) -> list:
         program = ctx.live.program
         allowlist = describe(r for r in program.rules if r.allow) if program is not None else "(no device program: all devices allowed)"
     majors = {name: ms[0] for name, ms in ctx.facts.char_majors.items() if ms}
+    needless = {"/" + g.target.lstrip("/"): why for g in ctx.effective.given
+                if g.node is not None and (why := needs_no_rule(ctx, g)) is not None}
     found = probe_mod.classify(ctx.ct, ctx.host, ctx.probe, expected(ctx), ctx.facts.nvidia_driver,
                                allowlist=allowlist, host_majors=majors,
-                               mig=probe_mod.mig_in_use(ctx.probe, ctx.facts.nodes))
+                               mig=probe_mod.mig_in_use(ctx.probe, ctx.facts.nodes), needless=needless)
     # Root refused while the node's group gets in: what an idmap pass-through leaves (rules.access: LXF205).
     found = [f for f in found if not (f.code == "LXF201" and f.device and root_refusal_expected(ctx, f.device))]
     return [with_fix_data(ctx, f) for f in found] + unusable(ctx)
