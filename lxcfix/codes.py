@@ -1026,13 +1026,17 @@ CODES: dict[str, Code] = {c.code: c for c in (
         "hybrid/legacy cgroup layout: cgroup2 device rules are ignored",
         "The host mounts cgroup v1 controllers beside (or instead of) the unified hierarchy. LXC then "
         "logs 'Ignoring cgroup2 limits on legacy cgroup system' and ignores every "
-        "lxc.cgroup2.devices line; the v1 lxc.cgroup.devices lines are the enforced ones.",
-        "The host's mount table (/proc/self/mountinfo). Measured on this project's own machines (LXC "
-        "5.0.2): on a hybrid layout cgroup2 device rules had no effect.",
+        "lxc.cgroup2.devices line; the v1 lxc.cgroup.devices lines are the enforced ones. lxcfix writes "
+        "cgroup2 rules only, so it plans none there: a device the probe sees denied (EPERM, from the v1 "
+        "devices controller) is fixed by hand, and `lxcfix plan` says so instead of printing nothing.",
+        "The host's mount table (/proc/self/mountinfo); said for every container that has cgroup2 device "
+        "lines or is given a device. Measured on this project's own machines (LXC 5.0.2): on a hybrid "
+        "layout cgroup2 device rules had no effect.",
         (("any", "Boot the host with the unified cgroup v2 hierarchy (the default since Proxmox VE 7; "
                  "`systemd.unified_cgroup_hierarchy=1`), or write the rules as lxc.cgroup.devices.* on "
                  "that host."),),
-        "The config has no cgroup2 device lines that matter on that host.",
+        "The container's devices are all allowed by its v1 lxc.cgroup.devices lines (or LXC's defaults): "
+        "then nothing is denied, and only the move to cgroup v2 (Proxmox VE 9) will matter (LXF151).",
         family="host", once=True, audit="cgroup_layout",
     ),
     Code(

@@ -22,12 +22,24 @@ def check(ctx) -> list:
             evidence=(f"{ctx.config.path}:{lineno}",),
             fix=Fix("remove or fix the line: Proxmox and LXC refuse to start with it"),
         ))
-    if ctx.facts.cgroup_layout in ("hybrid", "v1") and any(r.key in V2_KEYS for r in eff.own_rules):
+    layout = ctx.facts.cgroup_layout
+    rules = any(r.key in V2_KEYS for r in eff.own_rules)
+    if layout in ("hybrid", "v1") and (rules or eff.given):
+        # Said for every container given a device too: there the probe's EPERM is the v1 devices
+        # controller's, and no lxc.cgroup2 line lxcfix could plan would change it.
         out.append(ctx.finding(
             "LXF300",
-            f"host runs a {ctx.facts.cgroup_layout} cgroup layout: LXC ignores every lxc.cgroup2.devices line here",
-            evidence=(f"cgroup layout: {ctx.facts.cgroup_layout}",),
-            fix=Fix("boot the host with the unified cgroup v2 hierarchy (Proxmox VE 7+ default), "
-                    "or use lxc.cgroup.devices.* keys"),
+            f"host runs a {layout} cgroup layout: LXC ignores every lxc.cgroup2.devices line here, so lxcfix "
+            "plans no device rule (cgroup v1 rules decide what the container may open)",
+            evidence=(f"cgroup layout: {layout} (/proc/self/mountinfo: cgroup v1 controllers mounted)",
+                      "passed in: " + ", ".join(g.path for g in eff.given[:4]) if eff.given else
+                      "lxc.cgroup2.devices lines: " + ", ".join(r.value.strip() for r in eff.own_rules
+                                                                if r.key in V2_KEYS)[:200]),
+            fix=Fix(HYBRID_FIX),
         ))
     return out
+
+
+HYBRID_FIX = ("boot the host with the unified cgroup v2 hierarchy (Proxmox VE 7+ default: remove "
+              "systemd.unified_cgroup_hierarchy=0 from the kernel command line), or write the rules as "
+              "lxc.cgroup.devices.allow lines on this host; lxcfix plans cgroup2 rules only")
