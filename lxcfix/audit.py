@@ -286,7 +286,8 @@ class _Ct:
         why = {"LXF121": f"{starts}, the container runs the config on disk, not what runs now: {f.message}",
                "LXF153": f"{starts}: {f.message}" if starts != "at its next start" else f.message,
                }.get(f.code, f.message)
-        return self.item(f, "will", why)
+        # a hookscript not checked (LXF152 as a warning) may fail the start; it is not known that it will
+        return self.item(f, "may" if f.code == "LXF152" and f.severity != "error" else "will", why)
 
     def _starts_again(self) -> str:
         """When the container starts next: with the host, when it starts on boot."""

@@ -541,8 +541,10 @@ CODES: dict[str, Code] = {c.code: c for c in (
         "snippets/ directory (read only on hosts where a config names one).",
         (("any", "Restore the snippet (and `chmod 0755` it), install it on every node, or drop the "
                  "reference: `pct set VMID --delete hookscript`."),),
-        "A shared storage that is not mounted at the moment of the scan but will be at start.",
-        family="drift", subject=("line",), audit="at_next_start",
+        "A shared storage that is not mounted at the moment of the scan but will be at start. As a "
+        "warning: the snippets directory could not be read (a link out of a snapshot, more than 512 "
+        "entries, an error listing it), so the script was not checked; the finding says why.",
+        family="drift", subject=("line",), severities=("warning",), audit="at_next_start",
     ),
     Code(
         "LXF153", "warning",

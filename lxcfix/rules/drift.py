@@ -89,6 +89,8 @@ def snippet_fix(ctx, volid: str, path: str | None, problem: str, index: int | No
 
 def hookscript_finding(ctx, volid: str, index: int):
     problem, path = snippet_problem(ctx, volid)
+    if problem is None and path is None:
+        return unchecked_finding(ctx, volid, index)
     if problem is None:
         return None
     return ctx.finding(
@@ -99,6 +101,24 @@ def hookscript_finding(ctx, volid: str, index: int):
                   "storages here: " + (", ".join(f"{s.id} ({s.path})" for s in ctx.facts.storages.values()
                                                  if s.path) or "none")),
         fix=snippet_fix(ctx, volid, path, problem, index), line=index + 1)
+
+
+def unchecked_finding(ctx, volid: str, index: int):
+    """LXF152 as a warning: the snippets directory of the hookscript's storage could not be read
+    (gather.snippet_listing says why), so whether the start fails is not known: said, not passed over."""
+    storeid, _, volname = volid.partition(":")
+    why = ctx.facts.snippets_unread.get(storeid)
+    if why is None:
+        return None  # not read because not there (a snapshot without the storage): nothing to say
+    st = ctx.facts.storages[storeid]
+    path = f"{st.path}/{volname}"
+    return ctx.finding(
+        "LXF152",
+        f"hookscript {volid}: not checked: {why}; `pct start` fails if the script is missing or not executable",
+        evidence=(f"{ctx.config.path}:{index + 1}: hookscript: {volid}", f"storage {storeid}: {st.path}"),
+        fix=Fix(f"check it by hand on the host: `{fixes.command('ls', '-lL', path)}` (it must exist and be "
+                "executable)"),
+        line=index + 1, severity="warning")
 
 
 # ---------------------------------------------------------------- LXF153 / LXF154
