@@ -345,9 +345,11 @@ def check(ctx) -> list:
 def not_a_node_fix(path: str, what: str, profile: str | None) -> Fix:
     """LXF159: what is at the path is the admin's to remove (lxcfix never deletes on the host);
     the driver then makes the node."""
-    how = fixes.command("rmdir" if what == "directory" else "rm", path)
+    tool = "rmdir" if what == "directory" else "rm"
     hint = create_node_fix(path, profile).title
-    return Fix(f"remove the {what} at {path} (`{how}`, after checking nothing else uses it), then {hint}")
+    # The command is its own line (Fix.commands), never quoted in the sentence: a name may hold a backtick.
+    return Fix(f"remove the {what} at {path} ({tool} it, after checking nothing else uses it), then {hint}",
+               commands=(fixes.command(tool, path),))
 
 
 def create_node_fix(path: str, profile: str | None) -> Fix:

@@ -116,8 +116,8 @@ def unchecked_finding(ctx, volid: str, index: int):
         "LXF152",
         f"hookscript {volid}: not checked: {why}; `pct start` fails if the script is missing or not executable",
         evidence=(f"{ctx.config.path}:{index + 1}: hookscript: {volid}", f"storage {storeid}: {st.path}"),
-        fix=Fix(f"check it by hand on the host: `{fixes.command('ls', '-lL', path)}` (it must exist and be "
-                "executable)"),
+        fix=Fix("check it by hand on the host: it must exist and be executable",
+                commands=(fixes.command("ls", "-lL", path),)),
         line=index + 1, severity="warning")
 
 

@@ -245,7 +245,7 @@ def test_a_hookscript_whose_snippets_directory_cannot_be_read_is_not_checked_and
         why = "too large to list"
     (f,) = _scan(capsys, root)
     assert f["severity"] == "warning" and "not checked: " in f["message"] and why in f["message"], f["message"]
-    assert "ls -lL /var/lib/vz/snippets/gpu.sh" in f["fix"]
+    assert f["commands"] == ["ls -lL /var/lib/vz/snippets/gpu.sh"]
 
 
 def test_a_readable_snippets_directory_is_still_checked(capsys, tmp_path):
