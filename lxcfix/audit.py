@@ -260,9 +260,8 @@ class _Ct:
         lines = [l for l in (self.c.plan.diff() if self.c.plan else "").splitlines()
                  if l[:1] in "+-" and not l.startswith(("+++", "---"))]
         why = f"broken now, and stays broken after the {self._event}: {f.message}"
-        if not lines:
-            return AuditItem(self.h.host, self.c.ct, f.code, f.severity, "will", why,
-                             f"lxcfix plan --ct {self.c.ct}", "command", f.device)
+        if not lines:  # nothing planned: its own fix, never a plan command that prints nothing
+            return self.item(f, "will", why)
         return AuditItem(self.h.host, self.c.ct, f.code, f.severity, "will", why,
                          "\n".join(f"{l[0]} {l[1:]}" for l in lines), "config", f.device, self.c.path,
                          applies=True)
