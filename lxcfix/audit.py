@@ -260,9 +260,8 @@ class _Ct:
         lines = [l for l in (self.c.plan.diff() if self.c.plan else "").splitlines()
                  if l[:1] in "+-" and not l.startswith(("+++", "---"))]
         why = f"broken now, and stays broken after the {self._event}: {f.message}"
-        if not lines:
-            return AuditItem(self.h.host, self.c.ct, f.code, f.severity, "will", why,
-                             f"lxcfix plan --ct {self.c.ct}", "command", f.device)
+        if not lines:  # nothing planned: its own fix, never a plan command that prints nothing
+            return self.item(f, "will", why)
         return AuditItem(self.h.host, self.c.ct, f.code, f.severity, "will", why,
                          "\n".join(f"{l[0]} {l[1:]}" for l in lines), "config", f.device, self.c.path,
                          applies=True)
@@ -286,7 +285,8 @@ class _Ct:
         why = {"LXF121": f"{starts}, the container runs the config on disk, not what runs now: {f.message}",
                "LXF153": f"{starts}: {f.message}" if starts != "at its next start" else f.message,
                }.get(f.code, f.message)
-        return self.item(f, "will", why)
+        # a hookscript not checked (LXF152 as a warning) may fail the start; it is not known that it will
+        return self.item(f, "may" if f.code == "LXF152" and f.severity != "error" else "will", why)
 
     def _starts_again(self) -> str:
         """When the container starts next: with the host, when it starts on boot."""

@@ -40,6 +40,7 @@ from typing import Iterable, Sequence
 
 from . import codes, devices
 from .model import SEVERITY_ORDER, Finding, Fix, HostFacts
+from .probe import MIG_ONLY
 
 # What kind of failure a device finding is, for folding a device family (the codes' records).
 DEVICE_KIND = {c.code: c.kind for c in codes.CODES.values() if c.kind}
@@ -286,6 +287,12 @@ def _rule(value: str):
         return None
 
 
+def _kind(f: Finding) -> str | None:
+    """The failure kind a device finding folds by: its own (a caps node only MIG needs:
+    probe.MIG_ONLY, a cause apart from the GPU's), else its record's."""
+    return f.kind if f.kind == MIG_ONLY else DEVICE_KIND.get(f.code)
+
+
 def _is_mismatch(f: Finding) -> bool:
     return f.code == "LXF212" or f.kind == "driver-mismatch"
 
@@ -312,8 +319,8 @@ def _group_ct(host: str, ct: str, findings: list[Finding], facts: HostFacts | No
                 for e in f.fix.edits:
                     if e.lines:
                         key(("lines", e.lines), i)
-        if f.code in DEVICE_KIND and f.device:
-            key(("kind", DEVICE_KIND[f.code], families[i]), i)
+        if _kind(f) and f.device:
+            key(("kind", _kind(f), families[i]), i)
         if f.code in NODE_LINKED and f.device:
             key(("device", f.device), i)
             n = nodes[i]
@@ -330,7 +337,7 @@ def _group_ct(host: str, ct: str, findings: list[Finding], facts: HostFacts | No
             continue
         rules = [r for e in f.fix.edits for _, v in e.lines if (r := _rule(v)) is not None]
         for j, n in enumerate(nodes):
-            if n is not None and DEVICE_KIND.get(fs[j].code) == "cgroup-denies" and \
+            if n is not None and _kind(fs[j]) == "cgroup-denies" and \
                     any(r.covers(n.kind, n.major, n.minor, "rw") for r in rules):
                 u.join(i, j)
 
@@ -350,11 +357,11 @@ def _group_ct(host: str, ct: str, findings: list[Finding], facts: HostFacts | No
 
 def _cause(host: str, ct: str, fs: list[Finding], nodes: list[_Node | None], families: list[str | None],
            facts: HostFacts | None, used: set[str]) -> Cause:
-    kinds = [DEVICE_KIND[f.code] for f in fs if f.code in DEVICE_KIND]
+    kinds = [k for f in fs if (k := _kind(f))]
     kind = next((k for k in KIND_ORDER if k in kinds), None)
     if kind is None and any(_is_mismatch(f) for f in fs):
         kind = "driver-mismatch"
-    family = next((fam for f, fam in zip(fs, families) if fam and DEVICE_KIND.get(f.code) == kind), None) \
+    family = next((fam for f, fam in zip(fs, families) if fam and _kind(f) == kind), None) \
         or next((fam for fam in families if fam), None)
     severity = min((f.severity for f in fs), key=SEVERITY_ORDER.__getitem__)
     code = _naming_code(fs, kind)
@@ -384,7 +391,7 @@ def _naming_code(fs: list[Finding], kind: str | None) -> str:
         return "LXF102"  # the rule is there, as a v1 key the host ignores: that is the cause
     if kind is not None:
         for f in fs:
-            if DEVICE_KIND.get(f.code) == kind or (kind == "driver-mismatch" and f.code == "LXF212"):
+            if _kind(f) == kind or (kind == "driver-mismatch" and f.code == "LXF212"):
                 return f.code
     return fs[0].code
 
@@ -435,7 +442,8 @@ def _subjects(fs: list[Finding], nodes: list[_Node | None], facts: HostFacts | N
         else:
             names = facts.char_names(major) if facts is not None and kind == "c" else ()
             label = profile.name if profile is not None else (names[0] if names else f"major {major}")
-            whole = kind == "c" and major not in devices.SHARED_MAJORS and (profile is None or profile.owns_major())
+            whole = kind == "c" and major not in devices.SHARED_MAJORS and \
+                (profile is None or (profile.owns_major() and profile.wildcard))
             numbers = f"{kind} {major}:*" if whole else ", ".join(f"{kind} {major}:{m}" for m in sorted(minors))
         if stale:
             if stale.endswith(":*"):
@@ -446,8 +454,22 @@ def _subjects(fs: list[Finding], nodes: list[_Node | None], facts: HostFacts | N
 
 
 def _paths(fs: list[Finding], codes: Iterable[str]) -> list[str]:
+    """The devices these findings name; where none names one (a rule for a driver whose nodes
+    the host does not have), what they are about instead: the rule, the numbers, or that
+    lxcfix could not name it. Never empty, so no title has an empty name slot."""
     codes = set(codes)
-    return list(dict.fromkeys(f.device for f in fs if f.code in codes and f.device))
+    named = list(dict.fromkeys(f.device for f in fs if f.code in codes and f.device))
+    if named:
+        return named
+    about = [f"the nodes {f.rule} allows" if f.rule else
+             f"{f.numbers[0]} {f.numbers[1]}:{f.numbers[2]}" if f.numbers else ""
+             for f in fs if f.code in codes]
+    return list(dict.fromkeys(a for a in about if a)) or ["a device lxcfix could not name"]
+
+
+def _one(paths: list[str]) -> bool:
+    """One node named by its path (a fallback of _paths names nodes in the plural)."""
+    return len(paths) == 1 and paths[0].startswith("/")
 
 
 def _what(ct: str, fs: list[Finding], family: str | None, fallback: str) -> str:
@@ -476,12 +498,12 @@ def _title(kind: str | None, ct: str, fs: list[Finding], nodes: list[_Node | Non
         paths = _paths(fs, codes.where(kind=kind))
         starts = next((f.message.split(": ", 1)[1] for f in fs if f.code == "LXF112" and ": " in f.message), "")
         what = _what(ct, fs, family, f"CT {ct} lacks {_join(paths)}")
-        return f"{what}: {_join(paths)} {'does' if len(paths) == 1 else 'do'} not exist on the host" + \
+        return f"{what}: {_join(paths)} {'does' if _one(paths) else 'do'} not exist on the host" + \
             (f" ({starts})" if starts else "")
     if kind == "not-passed-in":
         paths = _paths(fs, codes.where(kind=kind)) or _paths(fs, DEVICE_KIND)
         what = _what(ct, fs, family, f"CT {ct} lacks {_join(paths)}")
-        return f"{what}: {_join(paths)} {'is' if len(paths) == 1 else 'are'} not passed into the container"
+        return f"{what}: {_join(paths)} {'is' if _one(paths) else 'are'} not passed into the container"
     if kind == "no-access":
         paths = _paths(fs, codes.where(kind=kind))
         return (f"CT {ct}'s users cannot open {_join(paths)}: EACCES from the node's owner, group or mode "
@@ -517,9 +539,9 @@ def _proof(kind: str | None, fs: list[Finding]) -> tuple[str, ...]:
         out.append(f.message)
     for code, errno in (("LXF200", "EPERM"), ("LXF201", "EACCES")):
         if code in by:
-            out.append(f"open() inside gives {errno}: " + ", ".join(f.device or "?" for f in by[code]))
+            out.append(f"open() inside gives {errno}: " + ", ".join(_paths(by[code], (code,))))
     if "LXF202" in by:
-        out.append("absent inside the container: " + ", ".join(f.device or "?" for f in by["LXF202"]))
+        out.append("absent inside the container: " + ", ".join(_paths(by["LXF202"], ("LXF202",))))
     for f in by.get("LXF101", none) + by.get("LXF102", none):
         out += f.evidence[:2]
     if not out or kind != "cgroup-denies":

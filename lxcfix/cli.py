@@ -20,6 +20,7 @@ from typing import List, Optional
 import typer
 
 from . import __version__, devices, repair
+from . import plan as plan_mod
 from .errors import BadInput, ExitCode, LxcfixError, Unreachable
 from .gather import host_facts
 from .model import CtReport, HostReport
@@ -537,6 +538,9 @@ def plan(
     say(f"style: {c.plan.style} ({c.plan.style_reason})", "dim", err)
     if not c.plan.is_empty:
         _print_diff(c.plan.diff())
+    else:
+        for line in plan_mod.unplanned(c.plan):
+            say(line, "yellow", err)
     return Planned(c.plan)
 
 
@@ -588,6 +592,8 @@ def apply(
     p = c.plan
     if p.is_empty:
         say(f"CT {ct}: nothing to change")
+        for line in plan_mod.unplanned(p):
+            say(line, "yellow", err)
         return Applied(None, dry_run=dry_run)
     tx = repair.apply_transaction(target, c, rep.facts, restart=not no_restart, live=live)
     _print_diff(p.diff())

@@ -227,7 +227,7 @@ CODES: dict[str, Code] = {c.code: c for c in (
          ("numeric", "The same mount entry; the numeric rule you have stays.")),
         "The container makes the node itself with mknod (common.conf allows `c *:* m`, so mknod works "
         "and only open() is policed), or the rule is left over on purpose.",
-        family="allowlist", subject=("device", "line"), verify="always", live=True, kind="not-passed-in",
+        family="allowlist", subject=("device", "rule", "line"), verify="always", live=True, kind="not-passed-in",
         node=True,
     ),
     Code(
@@ -541,8 +541,10 @@ CODES: dict[str, Code] = {c.code: c for c in (
         "snippets/ directory (read only on hosts where a config names one).",
         (("any", "Restore the snippet (and `chmod 0755` it), install it on every node, or drop the "
                  "reference: `pct set VMID --delete hookscript`."),),
-        "A shared storage that is not mounted at the moment of the scan but will be at start.",
-        family="drift", subject=("line",), audit="at_next_start",
+        "A shared storage that is not mounted at the moment of the scan but will be at start. As a "
+        "warning: the snippets directory could not be read (a link out of a snapshot, more than 512 "
+        "entries, an error listing it), so the script was not checked; the finding says why.",
+        family="drift", subject=("line",), severities=("warning",), audit="at_next_start",
     ),
     Code(
         "LXF153", "warning",
@@ -679,8 +681,8 @@ CODES: dict[str, Code] = {c.code: c for c in (
         "somewhere else (a driver that refuses the open itself, an LSM) and allowing it changes "
         "nothing.",
         table=H200,
-        family="probe", subject=("device", "numbers"), verify="always", live=True, kind="cgroup-denies",
-        node=True,
+        family="probe", subject=("device", "numbers"), severities=("info",), verify="always", live=True,
+        kind="cgroup-denies", node=True,
     ),
     Code(
         "LXF201", "error",
@@ -1030,13 +1032,17 @@ CODES: dict[str, Code] = {c.code: c for c in (
         "hybrid/legacy cgroup layout: cgroup2 device rules are ignored",
         "The host mounts cgroup v1 controllers beside (or instead of) the unified hierarchy. LXC then "
         "logs 'Ignoring cgroup2 limits on legacy cgroup system' and ignores every "
-        "lxc.cgroup2.devices line; the v1 lxc.cgroup.devices lines are the enforced ones.",
-        "The host's mount table (/proc/self/mountinfo). Measured on this project's own machines (LXC "
-        "5.0.2): on a hybrid layout cgroup2 device rules had no effect.",
+        "lxc.cgroup2.devices line; the v1 lxc.cgroup.devices lines are the enforced ones. lxcfix writes "
+        "cgroup2 rules only, so it plans none there: a device the probe sees denied (EPERM, from the v1 "
+        "devices controller) is fixed by hand, and `lxcfix plan` says so instead of printing nothing.",
+        "The host's mount table (/proc/self/mountinfo); said for every container that has cgroup2 device "
+        "lines or is given a device. Measured on this project's own machines (LXC 5.0.2): on a hybrid "
+        "layout cgroup2 device rules had no effect.",
         (("any", "Boot the host with the unified cgroup v2 hierarchy (the default since Proxmox VE 7; "
                  "`systemd.unified_cgroup_hierarchy=1`), or write the rules as lxc.cgroup.devices.* on "
                  "that host."),),
-        "The config has no cgroup2 device lines that matter on that host.",
+        "The container's devices are all allowed by its v1 lxc.cgroup.devices lines (or LXC's defaults): "
+        "then nothing is denied, and only the move to cgroup v2 (Proxmox VE 9) will matter (LXF151).",
         family="host", once=True, audit="cgroup_layout",
     ),
     Code(
@@ -1093,8 +1099,8 @@ def must_be_absent(f: Finding, fixed: dict[str, set[str]]) -> bool:
     """Whether a verified change may leave this finding. fixed: kind -> the devices whose
     fix of that kind the plan made (a group-access fix for /dev/dri/renderD128)."""
     rec = CODES.get(f.code)
-    if rec is None or not rec.verify:
-        return False
+    if rec is None or not rec.verify or f.severity == "info":
+        return False  # info: what is left on purpose (a caps node without MIG), never a failed change
     return rec.verify == "always" or (f.device is not None and f.device in fixed.get(rec.kind, ()))
 
 

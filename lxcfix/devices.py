@@ -125,6 +125,9 @@ class Profile:
     missing_hint: what makes a missing node (LXF112's fix).
     deny_symptom: what a denied node shows inside ("CUDA error 999"), for audit.
     absent_at_boot: why the node may be absent at boot, for audit (LXF111).
+    wildcard: False when a rule lxcfix writes names each node even on a major the
+      driver owns (`c M:* rwm` on nvidia-caps would also grant nvidia-cap1, MIG's
+      configuration capability).
     """
 
     name: str
@@ -146,6 +149,7 @@ class Profile:
     missing_hint: str | None = None
     deny_symptom: str | None = None
     absent_at_boot: str | None = None
+    wildcard: bool = True
 
     @property
     def dynamic(self) -> bool:
@@ -208,6 +212,7 @@ CATALOG: tuple[Profile, ...] = (
         drivers=("nvidia-caps",),
         dirs=("/dev/nvidia-caps",),
         modules=("nvidia",),
+        wildcard=False,
         **_NVIDIA,
     ),
     Profile(

@@ -15,6 +15,7 @@ together into each finding's Fix.
 from __future__ import annotations
 
 import re
+import shlex
 from typing import Iterable, Sequence
 
 from . import devices, render
@@ -32,11 +33,13 @@ MODPROBE = "nvidia-modprobe"
 # ---- config lines
 
 def rule_groups(nodes: Sequence[DeviceNode], facts: HostFacts) -> list[render.RuleGroup]:
-    """One wildcard rule per major one driver owns whole; exact minors otherwise."""
+    """One wildcard rule per major one driver owns whole; exact minors otherwise (and for a
+    profile whose wildcard would grant more than its nodes: nvidia-caps)."""
     groups: dict[tuple, list[DeviceNode]] = {}
     for n in nodes:
         profile = devices.profile_for_major(n.major, facts, n.minor)
-        whole = n.kind == "c" and profile is not None and profile.owns_major() and n.major not in devices.SHARED_MAJORS
+        whole = n.kind == "c" and profile is not None and profile.owns_major() and profile.wildcard \
+            and n.major not in devices.SHARED_MAJORS
         groups.setdefault((n.kind, n.major, None if whole else n.minor), []).append(n)
     return [render.RuleGroup(k, M, m if m is not None else ns[0].minor, m is None, tuple(ns))
             for (k, M, m), ns in groups.items()]
@@ -134,14 +137,29 @@ def modprobe_argv(device: str, modprobe: str = MODPROBE) -> list[str] | None:
     return [modprobe, *args] if args is not None else None
 
 
+def command(*argv: str, comment: str = "") -> str:
+    """A command line a person runs as printed: every value quoted as shlex.join does (a
+    node's, a container's or a config key's name is never shell text), then a comment.
+
+        command("rm", "/dev/x$(touch PWN)") -> "rm '/dev/x$(touch PWN)'"
+    """
+    return shlex.join(argv) + (f"    # {comment}" if comment else "")
+
+
+def plan_command(ct: str, host: str = "localhost") -> str:
+    """`lxcfix plan --ct CT` (and `--host H` for a fleet host), quoted: the "run:" hint of a fix."""
+    return command("lxcfix", "plan", "--ct", ct, *(() if host in ("", "localhost") else ("--host", host)))
+
+
 def userspace_commands(ct: str, flavor: str, version: str) -> tuple[str, ...]:
     """Install the NVIDIA userspace `version` in the container, without its kernel module."""
     run = f"NVIDIA-Linux-x86_64-{version}.run"
     if flavor == "pve":
-        return (f"pct push {ct} {run} /root/{run}",
-                f"pct exec {ct} -- sh /root/{run} --no-kernel-module --silent")
-    return (f"cp {run} <rootfs of {ct}>/root/{run}",
-            f"lxc-attach -n {ct} -- sh /root/{run} --no-kernel-module --silent")
+        return (command("pct", "push", ct, run, f"/root/{run}"),
+                command("pct", "exec", ct, "--", "sh", f"/root/{run}", "--no-kernel-module", "--silent"))
+    return (command("lxc-attach", "-n", ct, "--", "sh", "-c", 'cat > "$1"', "sh", f"/root/{run}") + " < "
+            + shlex.quote(run),
+            command("lxc-attach", "-n", ct, "--", "sh", f"/root/{run}", "--no-kernel-module", "--silent"))
 
 
 def exec_prefix(ct: str, flavor: str) -> str:

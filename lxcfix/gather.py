@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable
 
 from . import ctconfig, devices, facts as F
+from .bounded import excerpt
 from .backends import Lxc, Proxmox
 from .ctconfig import CtConfig
 from .effective import effective
@@ -229,44 +230,77 @@ def with_snippets(t: Transport, facts: HostFacts, configs) -> HostFacts:
               and (facts.storages[sid].path or "").startswith("/") and sid not in facts.snippets}
     if not stores:
         return facts
-    return replace(facts, snippets={**facts.snippets, **snippet_files(t, stores)})
+    files, unread = snippet_listing(t, stores)
+    return replace(facts, snippets={**facts.snippets, **files}, snippets_unread={**facts.snippets_unread, **unread})
+
+
+MAX_SNIPPETS = 512  # entries of one snippets/ directory lxcfix lists; past it: not checked
 
 
 def snippet_files(t: Transport, storages) -> dict[str, dict[str, int]]:
-    """storage id -> {file: st_mode} of its snippets/ directory (symlinks followed, as
+    """storage id -> {file: st_mode} of its snippets/ directory (snippet_listing's first half)."""
+    return snippet_listing(t, storages)[0]
+
+
+def snippet_listing(t: Transport, storages) -> tuple[dict[str, dict[str, int]], dict[str, str]]:
+    """(storage id -> {file: st_mode} of its snippets/ directory (symlinks followed, as
     Proxmox's -x test follows them), for every storage whose directory exists here (an
-    unmounted share's or a snapshot's without it: unknown, left out)."""
+    unmounted share's or a snapshot's without it: unknown, left out); storage id -> why its
+    directory could not be read: a link out of a snapshot, more than MAX_SNIPPETS entries,
+    an error listing it. A directory read in part is not read: a script past the part would
+    look missing."""
     out: dict[str, dict[str, int]] = {}
+    unread: dict[str, str] = {}
     if t.local:
         for sid, st in storages.items():
-            try:  # a snapshot's paths resolve inside it (OutsideRoot: a storage dir that leads out: unknown)
+            try:  # a snapshot's paths resolve inside it (OutsideRoot: a storage dir that leads out)
                 top = t.local_path(f"{st.path}/snippets")
                 there = os.path.isdir(t.local_path(st.path))
             except OutsideRoot:
+                unread[sid] = f"{st.path}/snippets leads out of the snapshot (a symbolic link): not read"
+                continue
+            if not there:
                 continue
             try:
-                names = sorted(os.listdir(top))[:512] if there else None
-            except OSError:
-                names = [] if there else None
-            if names is None:
+                with os.scandir(top) as entries:
+                    names = [e.name for _, e in zip(range(MAX_SNIPPETS + 1), entries)]
+            except FileNotFoundError:
+                names = []  # no snippets/ directory: no script (Proxmox sees the same)
+            except OSError as e:
+                unread[sid] = f"{st.path}/snippets cannot be listed: {e.strerror or type(e).__name__}"
+                continue
+            if len(names) > MAX_SNIPPETS:
+                unread[sid] = f"{st.path}/snippets holds more than {MAX_SNIPPETS} entries: too large to list"
                 continue
             modes = {}
-            for n in names:
+            for n in sorted(names):
                 try:
                     modes[n] = os.stat(t.local_path(f"{st.path}/snippets/{n}")).st_mode
                 except (OSError, OutsideRoot):
                     continue
             out[sid] = modes
-        return out
+        return out, unread
     # A live host: a snippets directory that is not there holds no script (Proxmox sees the same).
     dirs = {sid: f"{st.path}/snippets" for sid, st in storages.items()}
     found = t.run(["find", "-L", *dirs.values(), "-mindepth", "1", "-maxdepth", "1",
                    "-exec", "stat", "-L", "-c", "%f|%n", "{}", "+"], timeout=60, max_output=1 << 20)
     modes = F.parse_stat_modes(found.stdout)
+    failed = [line for line in found.stderr.split("\n")[:64] if line.strip()
+              and not line.rstrip().endswith("No such file or directory")]
     for sid, d in dirs.items():
         prefix = d + "/"
-        out[sid] = {p[len(prefix):]: m for p, m in modes.items() if p.startswith(prefix) and "/" not in p[len(prefix):]}
-    return out
+        files = {p[len(prefix):]: m for p, m in modes.items() if p.startswith(prefix) and "/" not in p[len(prefix):]}
+        said = next((line for line in failed if f"'{d}" in line), None)
+        if found.truncated or (found.rc not in (0, 1) and not found.stdout):
+            unread[sid] = f"{d} was not listed: " + ("its listing went past 1 MiB" if found.truncated else
+                                                      f"find exited {found.rc}")
+        elif said is not None:
+            unread[sid] = f"{d} cannot be listed: {excerpt(said.strip(), 160)}"
+        elif len(files) > MAX_SNIPPETS:
+            unread[sid] = f"{d} holds more than {MAX_SNIPPETS} entries: too large to list"
+        else:
+            out[sid] = files
+    return out, unread
 
 
 def split_nodes(found: dict[str, DeviceNode]) -> tuple[dict[str, DeviceNode], dict[str, str]]:

@@ -215,6 +215,9 @@ class HostFacts:
     # storage id -> {file name: st_mode}, only for storages whose directory exists here.
     storages: Mapping[str, Storage] = field(default_factory=dict)
     snippets: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    # storage id -> why its snippets/ directory could not be read (a link out of a snapshot, too
+    # many entries, an error): its hookscripts are "not checked", never passed over
+    snippets_unread: Mapping[str, str] = field(default_factory=dict)
     # config path -> when lxcfix last wrote it (its journal)
     config_writes: Mapping[str, ConfigWrite] = field(default_factory=dict)
     # Paths under /dev (and given mount sources) that are there but are not device nodes:

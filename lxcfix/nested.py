@@ -29,6 +29,7 @@ from typing import Iterable, Mapping
 
 from .bounded import excerpt
 from .codes import make
+from .fixes import plan_command
 from .model import Finding, Fix, ProbeNode, ProbeResult
 
 RUNTIMES = ("docker", "podman", "runc")
@@ -179,7 +180,7 @@ def classify_inner(ct: str, host: str, seen: InnerSeen, outer: ProbeResult | Non
         return [make("LXF223", ct, f"cannot look inside the {where} of CT {ct}: {excerpt(seen.error or '?', 200)}",
                      host=host, evidence=ran)]
     lxc_fix = lxc_fix or {}
-    plan = f"lxcfix plan --ct {ct}" + ("" if host in ("", "localhost") else f" --host {host}")
+    plan = plan_command(ct, host)
     found: list[Finding] = []
     for path, numbers in expected.items():
         node = seen.probe.nodes.get(path)

@@ -110,3 +110,20 @@ def host_files(facts: HostFacts, applied: list[Fix]) -> tuple[HostFile, ...]:
 
 def make_plan(ctx: Context, requested: str = "auto") -> Plan:
     return make_plan_in(ctx, requested)[0]
+
+
+def unplanned(plan: Plan) -> tuple[str, ...]:
+    """Why the plan leaves a problem it found: one line per reason, for `plan` and `apply`
+    to say beside an empty diff (a scan that says "error" and a plan that says nothing
+    would be a dead end).
+
+        unplanned(plan) -> ("not planned: host runs a hybrid cgroup layout: LXC ignores every "
+                            "lxc.cgroup2.devices line here, ... [LXF300]",
+                            "not planned: LXF200 (the fix is the admin's: `lxcfix diagnose` shows it)")
+    """
+    left = [f for f in plan.findings if f.severity != "info" and not (f.fix is not None and f.fix.applies)]
+    out = [f"not planned: {f.message} [{f.code}]" for f in plan.findings if f.code == "LXF300"][:1]
+    others = list(dict.fromkeys(f.code for f in left if f.code != "LXF300"))
+    if others:
+        out.append(f"not planned: {', '.join(others)} (the fix is the admin's to make: `lxcfix diagnose` shows it)")
+    return tuple(out)

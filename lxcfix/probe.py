@@ -39,7 +39,7 @@ from .codes import make
 from .errors import BadInput
 from .bounded import excerpt, uint
 from .facts import ID_MAX, MAJOR_MAX, MINOR_MAX
-from .fixes import exact_allow as allow_rule
+from .fixes import exact_allow as allow_rule, plan_command
 from .render import template_text
 from .model import AccessSeen, AccessTry, Finding, Fix, GroupSeen, NodeOwner, ProbeNode, ProbeResult
 
@@ -290,6 +290,7 @@ def classify(
     allowlist: str | None = None,
     host_majors: Mapping[str, int] | None = None,
     mig: bool | None = None,
+    needless: Mapping[str, str] | None = None,
 ) -> list[Finding]:
     """Findings LXF200-LXF212 for one container.
 
@@ -300,8 +301,10 @@ def classify(
     mig: whether the host's GPUs have MIG instances (mig_in_use); False makes EACCES on an
     nvidia-caps node info: those nodes matter only for MIG (on a non-MIG GPU CUDA works
     without them, measured on an H200), and no cgroup rule cures EACCES anyway.
+    needless: container path -> why the node needs no allow rule (rules.allowlist.needs_no_rule):
+    EPERM or EACCES on it is info, privileged or not, with no rule to add (kind MIG_ONLY).
     """
-    ctx = _Context(ct, host, allowlist, host_majors or {}, mig)
+    ctx = _Context(ct, host, allowlist, host_majors or {}, mig, needless)
     findings: list[Finding] = []
     by_path: dict[str, Finding] = {}
     for path, (kind, major, minor) in expected.items():
@@ -322,8 +325,9 @@ def classify(
 
 class _Context:
     def __init__(self, ct: str, host: str, allowlist: str | None, host_majors: Mapping[str, int],
-                 mig: bool | None = None):
+                 mig: bool | None = None, needless: Mapping[str, str] | None = None):
         self.ct, self.host, self.mig = ct, host, mig
+        self.needless = dict(needless or {})
         self.allowlist = ", ".join(
             part.strip() for part in re.split(r"[,\n]", allowlist or "") if part.strip()
         ) if allowlist is not None else None
@@ -333,8 +337,7 @@ class _Context:
 
     @property
     def plan(self) -> str:
-        cmd = f"lxcfix plan --ct {self.ct}"
-        return cmd if self.host in ("", "localhost") else f"{cmd} --host {self.host}"
+        return plan_command(self.ct, self.host)
 
     def finding(self, code: str, message: str, device: str | None, evidence: Iterable[str],
                 fix: str | None = None, live_fixable: bool | None = None, severity: str | None = None,
@@ -384,27 +387,33 @@ def _node_finding(ctx: _Context, node: ProbeNode, kind: str, major: int, minor: 
             fix=f"pass the host's {path} in (bind mount or devN:) instead of a copied node, "
                 f"then restart the container (run: {ctx.plan})")
 
+    needless = ctx.needless.get(path) or (NO_MIG if ctx.mig is False and is_caps_node(path) else None)
+    if needless is not None and node.open in ("EPERM", "EACCES"):
+        # Privileged (the cgroup: EPERM) or unprivileged (the node's owner: EACCES, decided first):
+        # one answer, info, and no rule to add.
+        why = (f"the cgroup device policy denies {dev}" if node.open == "EPERM" else
+               "the node's mode and owner keep the container out before the cgroup is asked")
+        return ctx.finding(
+            "LXF200" if node.open == "EPERM" else "LXF201",
+            f"open {path}: {node.open} ({why}); {needless}",
+            path,
+            ["the nvidia-caps nodes grant MIG configuration (nvidia-cap1) and monitoring (nvidia-cap2); on a GPU "
+             "without MIG instances denying them leaves cuInit at 0 (measured on an H200)",
+             f"{path} is {dev} on the host"],
+            fix="nothing to do unless the container is to use MIG; then pass in and allow the nodes of its "
+                "instances by name",
+            severity="info", kind=MIG_ONLY)
     if node.open == "EPERM":
+        rule = f"{kind} {major}:{minor} rwm" if is_caps_node(path) else allow_rule(kind, major, minor)
         return ctx.finding(
             "LXF200",
             f"open {path}: EPERM (the cgroup device policy denies {dev})",
             path,
             [*ctx.allowlist_evidence(), *ctx.major_evidence(major),
              f"{path} is present inside as {dev}, as on the host: only the cgroup gives EPERM"],
-            fix=f"allow {allow_rule(kind, major, minor)} (run: {ctx.plan})",
+            fix=f"allow {rule} (run: {ctx.plan})",
             live_fixable=True)
     if node.open == "EACCES":
-        if ctx.mig is False and is_caps_node(path):
-            return ctx.finding(
-                "LXF201",
-                f"open {path}: EACCES; it matters only for MIG, and no GPU of this host has MIG instances "
-                "(CUDA and nvidia-smi work without it)",
-                path,
-                ["the nvidia-caps nodes grant MIG configuration and monitoring; on a GPU without MIG "
-                 "instances denying them leaves cuInit at 0 (measured on an H200)",
-                 "the cgroup device policy answers EPERM, not EACCES: no allow rule changes this"],
-                fix="nothing to do unless you enable MIG; then give the node a mode the container can use",
-                severity="info")
         return ctx.finding(
             "LXF201",
             f"open {path}: EACCES (not the cgroup: the node's mode/owner, the idmap or a nodev "
@@ -419,6 +428,8 @@ def _node_finding(ctx: _Context, node: ProbeNode, kind: str, major: int, minor: 
 
 
 MISMATCH = "driver-mismatch"  # the cause kind of a cuInit/NVML failure the userspace's version explains
+MIG_ONLY = "mig-only"  # the cause kind of a denied node only MIG needs: a cause of its own, never the GPU's
+NO_MIG = "it matters only for MIG, and no GPU of this host has MIG instances (CUDA and nvidia-smi work without it)"
 CAPS_DIR = "/dev/nvidia-caps/"
 _MIG_CAP = re.compile(r"/dev/nvidia-caps/nvidia-cap([0-9]{1,7})")
 _MIG_DEVICE = re.compile(r"^\s*MIG [0-9]+g\.")

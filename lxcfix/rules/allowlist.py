@@ -23,8 +23,9 @@ from typing import Mapping
 from .. import devices, fixes
 from ..ctconfig import next_devn
 from ..effective import Given, OwnRule
+from ..bounded import excerpt
 from ..model import DeviceNode, DeviceRule, Edit, Fix
-from ..probe import CAPS_DIR, is_caps_node, mig_in_use
+from ..probe import CAPS_DIR, NO_MIG, is_caps_node, mig_in_use
 
 
 # LXC's own common.conf allows fuse without passing it in (Proxmox adds the mount
@@ -59,6 +60,26 @@ def _enforced(ctx) -> bool:
     return ctx.facts.cgroup_layout not in ("hybrid", "v1")
 
 
+CAP1 = CAPS_DIR + "nvidia-cap1"  # MIG's configuration capability: create and destroy instances
+# Why a denied node needs no allow rule (NO_MIG, or this; the probe's findings say it of what it saw).
+CAP1_UNNAMED = ("it is MIG's configuration capability (create and destroy instances): lxcfix allows it only "
+                "to a container whose config names it")
+
+
+def needs_no_rule(ctx, g: Given) -> str | None:
+    """Why the cgroup may keep denying this given node, or None when it needs its rule: an
+    nvidia-caps node on a host whose GPUs have no MIG instances (measured on an H200: CUDA and
+    nvidia-smi work with nvidia-caps denied), or nvidia-cap1 that came in with the directory
+    (never granted unless the admin names it). Privileged or not: the same answer."""
+    if not is_caps_node(g.path):
+        return None
+    if not mig_in_use(ctx.probe, ctx.facts.nodes):
+        return NO_MIG
+    if g.path == CAP1 and g.from_dir is not None:
+        return CAP1_UNNAMED
+    return None
+
+
 def analyze(ctx) -> Needs:
     eff = ctx.effective
     facts = ctx.facts
@@ -67,6 +88,7 @@ def analyze(ctx) -> Needs:
         g for g in eff.given
         if g.node is not None and _enforced(ctx)
         and not eff.ruleset.allows(g.node.kind, g.node.major, g.node.minor, "rw")
+        and needs_no_rule(ctx, g) is None
     ]
 
     # A numeric allow rule whose major no driver holds any more, paired with a
@@ -146,7 +168,7 @@ def repairs(ctx) -> Repairs:
     def via_devn(g: Given) -> bool:
         return style == "devn" and g.via == "mount" and g.from_dir is None
 
-    plan = f"lxcfix plan --ct {ctx.ct}"
+    plan = fixes.plan_command(ctx.ct)
     stale: dict[int, Fix] = {}
     for s in needs.stale:
         r = s.rule.rule
@@ -182,7 +204,10 @@ def repairs(ctx) -> Repairs:
     unpassed: dict[int, Fix] = {}
     for u in needs.unpassed:
         title = f"pass the node in with a mount entry or devN entry ({plan})"
-        if style == "devn":
+        if not u.nodes:  # nothing to pass in: no plan can help, and none is named
+            unpassed[u.rule.index] = Fix(f"no {u.profile.name} node exists on this host to pass in: load its "
+                                         "driver, or drop the rule if the container does not need it")
+        elif style == "devn":
             unpassed[u.rule.index] = Fix(title, tuple(devn(n) for n in u.nodes), "needs-restart")
         else:
             unpassed[u.rule.index] = Fix(title, tuple(fixes.mount_edit([n]) for n in u.nodes), "safe")
@@ -224,6 +249,23 @@ def _serves(rule: DeviceRule, node: DeviceNode) -> bool:
     return rule.major is not None and rule.covers(node.kind, node.major, node.minor)
 
 
+def _inside(ctx, g: Given) -> str:
+    """What open() inside gives a denied node: the errno the probe saw, when it saw the node
+    (EACCES is decided before the cgroup is asked: an unprivileged container's unmapped node)."""
+    seen = ctx.probe.nodes.get("/" + g.target.lstrip("/")) if ctx.probe is not None else None
+    if seen is None or not seen.exists or seen.open == "EPERM":
+        return "so open() inside gives EPERM"
+    if seen.open == "EACCES":
+        return ("and open() inside gives EACCES first (the probe saw it: the node's mode and owner refuse "
+                "before the cgroup is asked)")
+    return f"yet open() inside gave {excerpt(seen.open)} (the probe saw it: something outside the config allows it)"
+
+
+def _rule(rule: DeviceRule) -> str:
+    """'c 195:*': a rule as LXC reads it, without its access."""
+    return f"{rule.kind} {rule.major}:{'*' if rule.minor is None else rule.minor}"
+
+
 def _dev(node: DeviceNode) -> str:
     return f"{node.kind} {node.major}:{node.minor}"
 
@@ -243,8 +285,7 @@ def check(ctx) -> list:
         node = g.node
         via = f"devN entry {eff.devn[0].key}" if g.via == "devn" and eff.devn else "a bind mount"
         out.append(ctx.finding(
-            "LXF100",
-            f"{g.path} is {_dev(node)} on this host; no cgroup2 rule allows it, so open() inside gives EPERM",
+            "LXF100", f"{g.path} is {_dev(node)} on this host; no cgroup2 rule allows it, " + _inside(ctx, g),
             device=g.path,
             evidence=(f"passed in by {via} ({ctx.config.path}:{g.index + 1})",
                       f"device rules allow: {allowed}",
@@ -274,7 +315,7 @@ def check(ctx) -> list:
             device=u.nodes[0].path if u.nodes else None,
             evidence=(f"{ctx.config.path}:{u.rule.index + 1}: {u.rule.key}: {u.rule.value}",
                       "no lxc.mount.entry or devN entry for it"),
-            fix=fixed.unpassed[u.rule.index], line=u.rule.index + 1,
+            fix=fixed.unpassed[u.rule.index], line=u.rule.index + 1, rule=_rule(u.rule.rule),
         ))
     out += _mig_caps(ctx, needs)
     for g in needs.absent:
@@ -304,9 +345,11 @@ def check(ctx) -> list:
 def not_a_node_fix(path: str, what: str, profile: str | None) -> Fix:
     """LXF159: what is at the path is the admin's to remove (lxcfix never deletes on the host);
     the driver then makes the node."""
-    how = "rmdir" if what == "directory" else "rm"
+    tool = "rmdir" if what == "directory" else "rm"
     hint = create_node_fix(path, profile).title
-    return Fix(f"remove the {what} at {path} (`{how} {path}`, after checking nothing else uses it), then {hint}")
+    # The command is its own line (Fix.commands), never quoted in the sentence: a name may hold a backtick.
+    return Fix(f"remove the {what} at {path} ({tool} it, after checking nothing else uses it), then {hint}",
+               commands=(fixes.command(tool, path),))
 
 
 def create_node_fix(path: str, profile: str | None) -> Fix:
@@ -316,8 +359,8 @@ def create_node_fix(path: str, profile: str | None) -> Fix:
     argv = fixes.modprobe_argv(path)
     if argv is None:
         return Fix(hint)
-    return Fix(hint, commands=(" ".join(argv), f"{fixes.HOST_FIX}    # installs {fixes.UNIT}: creates the nodes "
-                                                "at every boot, before guests start"))
+    return Fix(hint, commands=(fixes.command(*argv), f"{fixes.HOST_FIX}    # installs {fixes.UNIT}: creates the "
+                                                    "nodes at every boot, before guests start"))
 
 
 
@@ -339,7 +382,8 @@ def _mig_caps(ctx, needs) -> list:
     caps = sorted((n for p, n in ctx.facts.nodes.items() if is_caps_node(p) and n.kind == "c"), key=lambda n: n.path)
     style, _ = ctx.style
     edits = [fixes.mount_dir_edit(CAPS_DIR.rstrip("/"), style)]
-    denied = [n for n in caps if _enforced(ctx) and not eff.ruleset.allows(n.kind, n.major, n.minor, "rw")]
+    denied = [n for n in caps if _enforced(ctx) and n.path != CAP1
+              and not eff.ruleset.allows(n.kind, n.major, n.minor, "rw")]
     if denied:
         edits.append(fixes.allow_edit(denied, ctx.facts, style))
     instances = [n.path for n in caps if n.path.rsplit("nvidia-cap", 1)[-1] not in ("1", "2")]
@@ -353,5 +397,6 @@ def _mig_caps(ctx, needs) -> list:
         fix=Fix(f"pass /dev/nvidia-caps in: {' ; '.join(lines)} (then restart the container)", tuple(edits),
                 "manual", notes=(
                     "the whole directory also passes nvidia-cap1 (MIG configuration) and nvidia-cap2 (monitoring): "
-                    "for a container that should only use its instances, bind just their nvidia-capN nodes "
+                    "the rules above leave nvidia-cap1 denied (allow it by name only for a container that manages "
+                    "MIG); for a container that should only use its instances, bind just their nvidia-capN nodes "
                     "(/proc/driver/nvidia/capabilities/gpuN/mig/giM/access names the minor)",)))]

@@ -22,7 +22,7 @@ import re
 import shlex
 import stat
 
-from .. import ctconfig, devices
+from .. import ctconfig, devices, fixes
 from ..effective import parse_devn
 from ..model import Edit, Fix
 
@@ -74,7 +74,7 @@ def snippet_fix(ctx, volid: str, path: str | None, problem: str, index: int | No
     ours = volid.rpartition("/")[2].startswith("lxcfix")
     if path is not None and "not executable" in problem:
         return Fix("make the snippet executable", commands=(f"chmod 0755 {shlex.quote(path)}",))
-    drop = f"pct set {ctx.ct} --delete hookscript"
+    drop = fixes.command("pct", "set", ctx.ct, "--delete", "hookscript")
     if ours and path is not None:
         quoted = shlex.quote(path)
         return Fix("install lxcfix's hook snippet on this host (every node a container may start on)",
@@ -89,6 +89,8 @@ def snippet_fix(ctx, volid: str, path: str | None, problem: str, index: int | No
 
 def hookscript_finding(ctx, volid: str, index: int):
     problem, path = snippet_problem(ctx, volid)
+    if problem is None and path is None:
+        return unchecked_finding(ctx, volid, index)
     if problem is None:
         return None
     return ctx.finding(
@@ -99,6 +101,24 @@ def hookscript_finding(ctx, volid: str, index: int):
                   "storages here: " + (", ".join(f"{s.id} ({s.path})" for s in ctx.facts.storages.values()
                                                  if s.path) or "none")),
         fix=snippet_fix(ctx, volid, path, problem, index), line=index + 1)
+
+
+def unchecked_finding(ctx, volid: str, index: int):
+    """LXF152 as a warning: the snippets directory of the hookscript's storage could not be read
+    (gather.snippet_listing says why), so whether the start fails is not known: said, not passed over."""
+    storeid, _, volname = volid.partition(":")
+    why = ctx.facts.snippets_unread.get(storeid)
+    if why is None:
+        return None  # not read because not there (a snapshot without the storage): nothing to say
+    st = ctx.facts.storages[storeid]
+    path = f"{st.path}/{volname}"
+    return ctx.finding(
+        "LXF152",
+        f"hookscript {volid}: not checked: {why}; `pct start` fails if the script is missing or not executable",
+        evidence=(f"{ctx.config.path}:{index + 1}: hookscript: {volid}", f"storage {storeid}: {st.path}"),
+        fix=Fix("check it by hand on the host: it must exist and be executable",
+                commands=(fixes.command("ls", "-lL", path),)),
+        line=index + 1, severity="warning")
 
 
 # ---------------------------------------------------------------- LXF153 / LXF154
@@ -152,12 +172,12 @@ def pending(ctx) -> list:
             evidence=(f"{ctx.config.path} [pve:pending]: {what}",
                       f"running config: {key}: {now}" if now is not None else f"running config: no {key}"),
             fix=Fix("drop it (or make what it needs exist) before the next start", commands=(
-                f"pct pending {ctx.ct}    # every pending change",
-                f"pct set {ctx.ct} --revert {key}    # drops this one"))
+                fixes.command("pct", "pending", ctx.ct, comment="every pending change"),
+                fixes.command("pct", "set", ctx.ct, "--revert", key, comment="drops this one")))
             if fails else Fix("restart to apply it now, or drop it", commands=(
-                f"pct pending {ctx.ct}    # every pending change",
-                f"pct reboot {ctx.ct}    # applies the pending changes now",
-                f"pct set {ctx.ct} --revert {key}    # or drops this one"))))
+                fixes.command("pct", "pending", ctx.ct, comment="every pending change"),
+                fixes.command("pct", "reboot", ctx.ct, comment="applies the pending changes now"),
+                fixes.command("pct", "set", ctx.ct, "--revert", key, comment="or drops this one")))))
     return out
 
 

@@ -248,4 +248,4 @@ def userspace_after_upgrade(ctx, occasion: Occasion, findings) -> list[Finding]:
 
 
 def _restart(ctx) -> str:
-    return f"pct reboot {ctx.ct}" if ctx.config.flavor == "pve" else f"lxc-stop -r -n {ctx.ct}"
+    return fixes.command(*(("pct", "reboot", ctx.ct) if ctx.config.flavor == "pve" else ("lxc-stop", "-r", "-n", ctx.ct)))

@@ -347,9 +347,9 @@ class _Judge:
         else:
             argv = fixes.modprobe_argv(path)
             fix = Fix("make the node exist before the container starts (a path-form rule is resolved only then)",
-                      commands=(" ".join(argv), f"{fixes.HOST_FIX}    # creates it at every boot, before guests start")
+                      commands=(fixes.command(*argv), f"{fixes.HOST_FIX}    # creates it at every boot, before guests start")
                       if argv else (),
-                      notes=() if argv else (f"# check the name: ls -l {path}",))
+                      notes=() if argv else ("# check the name: " + fixes.command("ls", "-l", "--", path),))
         return self.finding("LXF145", o, message, fix=fix)
 
     # ---- LXF146: `deny a` or an empty value drops LXC's default allowlist

@@ -17,6 +17,7 @@ from .. import probe as probe_mod
 from ..devices import describe
 from ..model import Finding, Fix
 from .access import group_access_fix, root_refusal_expected
+from .allowlist import needs_no_rule
 
 
 def expected(ctx) -> dict[str, tuple[str, int, int]]:
@@ -59,6 +60,32 @@ def with_fix_data(ctx, f: Finding) -> Finding:
     return f
 
 
+def on_legacy_cgroups(ctx, found: list[Finding]) -> list[Finding]:
+    """On a hybrid or v1 host the v1 devices controller gave the EPERM: no cgroup2 rule, nothing
+    `lxcfix plan` writes or a live apply changes, helps. A denial's fix (and the cuInit or NVML
+    failure's, which carries it) says the v1 rule instead of a plan that plans nothing (LXF300)."""
+    layout = ctx.facts.cgroup_layout
+    if layout not in ("hybrid", "v1"):
+        return found
+    instead: dict[str, Fix] = {}
+    for f in found:
+        if f.code == "LXF200" and f.severity != "info" and f.fix is not None and f.numbers:
+            sep = ": " if ctx.config.flavor == "pve" else " = "
+            instead[f.fix.title] = Fix(
+                f"this host's cgroup layout is {layout} (LXF300): LXC ignores lxc.cgroup2 lines, so allow it with "
+                f"a v1 rule, `lxc.cgroup.devices.allow{sep}{fixes.exact_allow(*f.numbers)}`, or boot the host "
+                "with cgroup v2")
+
+    def v1(f: Finding) -> Finding:
+        for title, fix in instead.items():  # a cuInit/NVML failure's fix is its culprit's, with "(LXF200 PATH)"
+            if f.fix is not None and (f.fix.title == title or f.fix.title.startswith(title + " (")):
+                return replace(f, fix=fix._replace(title=fix.title + f.fix.title[len(title):]),
+                               live_fixable=False if f.live_fixable is not None else None)
+        return f
+
+    return [v1(f) for f in found]
+
+
 def unusable(ctx) -> list:
     """LXF206: the probe's output, or part of it, could not be used. The container's own sh
     and python3 run the probe, so this is either a broken container or one whose tenant
@@ -85,9 +112,11 @@ def check(ctx) -> list:
         program = ctx.live.program
         allowlist = describe(r for r in program.rules if r.allow) if program is not None else "(no device program: all devices allowed)"
     majors = {name: ms[0] for name, ms in ctx.facts.char_majors.items() if ms}
+    needless = {"/" + g.target.lstrip("/"): why for g in ctx.effective.given
+                if g.node is not None and (why := needs_no_rule(ctx, g)) is not None}
     found = probe_mod.classify(ctx.ct, ctx.host, ctx.probe, expected(ctx), ctx.facts.nvidia_driver,
                                allowlist=allowlist, host_majors=majors,
-                               mig=probe_mod.mig_in_use(ctx.probe, ctx.facts.nodes))
+                               mig=probe_mod.mig_in_use(ctx.probe, ctx.facts.nodes), needless=needless)
     # Root refused while the node's group gets in: what an idmap pass-through leaves (rules.access: LXF205).
     found = [f for f in found if not (f.code == "LXF201" and f.device and root_refusal_expected(ctx, f.device))]
-    return [with_fix_data(ctx, f) for f in found] + unusable(ctx)
+    return [with_fix_data(ctx, f) for f in on_legacy_cgroups(ctx, found)] + unusable(ctx)

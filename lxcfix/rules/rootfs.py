@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from .. import rootfs as rf
 from ..bounded import excerpt
-from ..fixes import group_for
+from ..fixes import command, group_for, plan_command
 from ..model import Edit, Fix
 
 NESTED_NOTE = ("Only root@pam may set keyctl (`pct set CT --features keyctl=1` as another user is refused: "
@@ -92,7 +92,7 @@ def _cdi(ctx, seen) -> list:
         if not versions:
             continue
         regen = Fix(f"in the container, after its userspace driver matches the host's: nvidia-ctk cdi generate "
-                    f"--output={path}", commands=(f"nvidia-ctk cdi generate --output={path}",))
+                    f"--output={path}", commands=(command("nvidia-ctk", "cdi", "generate", f"--output={path}"),))
         if host and host not in versions:
             out.append(ctx.finding(
                 "LXF232", f"CT {ctx.ct}: the CDI spec {path} was generated for driver {', '.join(sorted(versions))}, "
@@ -161,7 +161,7 @@ def _features(ctx, seen) -> list:
             f"features: {excerpt(value, 120) if value is not None else '(none)'}",
             "Docker and Podman need nesting=1 (mounting proc and sys for their containers), an unprivileged "
             "container also keyctl=1"),
-        fix=Fix(f"features: {new}, then restart the container (run: lxcfix plan --ct {ctx.ct})", (edit,),
+        fix=Fix(f"features: {new}, then restart the container (run: {plan_command(ctx.ct)})", (edit,),
                 "needs-restart", notes=(NESTED_NOTE,) if "keyctl" in need else ()))]
 
 
@@ -183,7 +183,7 @@ def _gids(ctx, seen) -> list:
             device=path, evidence=(f"{rf.GROUP} in the container: {group}:x:{own[group]}",
                                    f"host: {g.path} gid {node.gid}"),
             fix=Fix(f"give the node the container's gid: devN: {g.path},gid={own[group]} (Proxmox), or map the "
-                    f"host group in (lxcfix plan --ct {ctx.ct} uses gid {own[group]})")))
+                    f"host group in ({plan_command(ctx.ct)} uses gid {own[group]})")))
     return out
 
 

@@ -398,3 +398,109 @@ def harness_tun_mount() -> str:
     from .cli import TUN_MOUNT
 
     return TUN_MOUNT
+
+
+# ----------------------------------------------------------------- hostile names, pasted (issue 30)
+
+# Names a tenant or a careless admin can give a node, a snippet, a snapshot: each would run
+# `touch PWN` if lxcfix printed it unquoted.
+HOSTILE = ("x$(touch${IFS}PWN)", "y`touch${IFS}PWN`", "z;touch${IFS}PWN;'\"é", "sp ace$(touch${IFS}PWN)")
+# The commands a printed line may start with that act on the host: replaced by a stub that
+# records its argv, so a pasted line changes nothing on this machine (rm of a /dev path).
+STUBBED = ("rm", "rmdir", "chmod", "ls", "pct", "lxc-stop", "lxc-attach", "nvidia-modprobe", "nvidia-ctk", "dkms")
+FIRST_WORDS = STUBBED + ("lxcfix", "snap=")
+
+
+def hostile_snapshot(where: Path) -> str:
+    """A Proxmox snapshot whose name, device paths and hookscript are hostile; returns its
+    name (relative to `where`, as an admin passes it)."""
+    name = "snap $(touch${IFS}PWN) é"
+    root = where / name
+    (root / "etc/pve/lxc").mkdir(parents=True)
+    (root / "dev").mkdir()
+    (root / "proc").mkdir()
+    (root / "var/lib/vz/snippets").mkdir(parents=True)
+    shutil.copy(REPO / "examples/pve-gpu-host/proc/devices", root / "proc/devices")
+    lines = ["arch: amd64", "hookscript: local:snippets/h$(touch${IFS}PWN).sh",
+             "lxc.cgroup2.devices.allow: c 10:200 rwm"]
+    for i, node in enumerate(HOSTILE):
+        lines.append(f"dev{i}: /dev/{node}")
+        (root / "dev" / node).write_text("")  # a regular file where a node should be: LXF159's rm
+    (root / "etc/pve/lxc/300.conf").write_text("\n".join(lines) + "\n")
+    (root / "var/lib/vz/snippets/h$(touch${IFS}PWN).sh").write_text("#!/bin/sh\n")  # not executable
+    return name
+
+
+def printed_lines(text: str) -> list[str]:
+    """Every command line in lxcfix's output: after `fix:`, a line of its own, or `quoted` in a sentence."""
+    out = []
+    for line in text.splitlines():
+        s = line.strip()
+        s = s[len("fix:"):].strip() if s.startswith("fix:") else s
+        m = re.fullmatch(r"\((lxcfix .*) shows the change first\)", s)
+        s = m.group(1) if m else s
+        if s.startswith(FIRST_WORDS):
+            out.append(s)
+        out += [q for q in re.findall(r"`([^`]+)`", line) if q.startswith(FIRST_WORDS) and " ID " not in q]
+    return out
+
+
+def test_every_printed_command_quotes_hostile_names_and_runs_as_printed(tmp_path, env):
+    work = tmp_path / "work"
+    work.mkdir()
+    name = hostile_snapshot(work)
+    stubs = tmp_path / "stubs"
+    stubs.mkdir()
+    log = tmp_path / "argv.jsonl"
+    for cmd in STUBBED:
+        stub = stubs / cmd
+        stub.write_text(f"#!{sys.executable}\nimport json, sys\n"
+                        f"open({str(log)!r}, 'a').write(json.dumps(sys.argv) + '\\n')\n")
+        stub.chmod(0o755)
+    env = {**env, "PATH": os.pathsep.join([str(stubs), lxcfix_bin(tmp_path), env["PATH"]]), "COLUMNS": "400",
+           "TERM": "dumb"}
+
+    def run(*args):
+        return subprocess.run(["lxcfix", *args], cwd=work, env=env, capture_output=True, text=True, timeout=120,
+                              stdin=subprocess.DEVNULL)
+
+    texts = []
+    for args in (("scan",), ("scan", "--json"), ("diagnose", "--ct", "300"), ("diagnose", "--ct", "300", "--json"),
+                 ("scan", "-v"), ("audit",), ("audit", "--json"), ("plan", "--ct", "300")):
+        r = run(*args, "--root", name)
+        assert r.returncode in (0, 1), f"{args}\n{r.stdout}{r.stderr}"
+        assert not list(tmp_path.rglob("PWN")), f"lxcfix {args} itself ran a name"
+        texts.append(r.stdout + r.stderr)
+    commands = list(dict.fromkeys(c for t in texts for c in printed_lines(t)))
+    for t in texts:
+        if t.lstrip().startswith("{"):
+            doc = json.loads(t)
+            for c in doc.get("containers", []):
+                for f in c.get("findings", []):
+                    commands += [x for x in [*f.get("commands", []), *re.findall(r"`([^`]+)`", f.get("fix") or
+                                                                                   f.get("change") or "")]
+                                 if x.startswith(FIRST_WORDS) and x not in commands and " ID " not in x]
+                for cause in c.get("causes", []):
+                    commands += [x for x in cause["commands"] if x not in commands]
+    # what a hostile name reaches: the rm of each node, the chmod of the snippet, the snapshot's copy
+    assert {f"rm '/dev/{n}'" if "'" not in n else None for n in HOSTILE} - {None} <= set(commands), commands
+    assert any(c.startswith("chmod 0755 ") and "PWN" in c for c in commands), commands
+    assert any(c.startswith("snap=") for c in commands), commands
+
+    for command in commands:
+        log.write_text("")
+        rc, out, _ = paste(command, work, env, tmp_path)
+        assert not list(tmp_path.rglob("PWN")), f"pasting ran a name: {command}\n{out}"
+        # nothing but the intended effect: each hostile value reached its command as one argument
+        for line in log.read_text().splitlines():
+            argv = json.loads(line)
+            for arg in argv[1:]:
+                if "PWN" in arg:
+                    assert arg in {f"/dev/{n}" for n in HOSTILE} | {"/var/lib/vz/snippets/h$(touch${IFS}PWN).sh"}, \
+                        (command, argv)
+        if command.startswith("rm "):
+            assert json.loads(log.read_text())[1:] in [[f"/dev/{n}"] for n in HOSTILE], command
+        if command.startswith(("lxcfix ", "snap=")):
+            ok = (0, 1) if subcommand(command) in ("scan", "plan", "audit", "diagnose") else (0,)
+            assert rc in ok, f"{command}\nexit {rc}\n{out}"
+    assert (work / name / "etc/pve/lxc/300.conf").read_text().count("PWN") == 5  # the snapshot unchanged

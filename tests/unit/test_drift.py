@@ -4,12 +4,15 @@ never blocks a start on a host without lxcfix."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import stat
 import subprocess
 from dataclasses import replace
 from pathlib import Path
+
+import pytest
 
 from lxcfix import audit, ctconfig, gather, repair
 from lxcfix.devices import LiveAllowlist
@@ -203,3 +206,74 @@ def test_never_edits_a_pending_section_even_when_asked_to_plan_in_every_style():
 
 def test_example_snapshot_is_a_real_file_tree():
     assert (Path(EXAMPLES) / "pve-kernel-upgrade/var/lib/vz/snippets/lxcfix-hook.sh").stat().st_mode & 0o111
+
+
+# ---------------------------------------------------------------- a snippets directory lxcfix could not read
+
+def _scan(capsys, root):
+    from lxcfix import cli
+
+    capsys.readouterr()
+    cli.run(["scan", "--root", str(root), "--json", "--no-probe"])
+    doc = json.loads(capsys.readouterr().out)
+    return [f for c in doc["containers"] for f in c["findings"] if f["code"] == "LXF152"]
+
+
+def _snapshot(tmp_path):
+    root = tmp_path / "snap"
+    (root / "etc/pve/lxc").mkdir(parents=True)
+    (root / "etc/pve/lxc/200.conf").write_text(HEAD + "hookscript: local:snippets/gpu.sh\n")
+    (root / "proc").mkdir()
+    (root / "proc/devices").write_text("Character devices:\n  1 mem\n")
+    (root / "var/lib/vz").mkdir(parents=True)
+    return root
+
+
+@pytest.mark.parametrize("case", ["a link out of the snapshot", "too many entries"])
+def test_a_hookscript_whose_snippets_directory_cannot_be_read_is_not_checked_and_says_why(capsys, tmp_path, case):
+    root = _snapshot(tmp_path)
+    if case == "a link out of the snapshot":
+        outside = tmp_path / "elsewhere"
+        outside.mkdir()
+        (outside / "gpu.sh").write_text("#!/bin/sh\n")
+        (root / "var/lib/vz/snippets").symlink_to(outside)
+        why = "leads out of the snapshot"
+    else:
+        (root / "var/lib/vz/snippets").mkdir()
+        for i in range(gather.MAX_SNIPPETS + 1):
+            (root / f"var/lib/vz/snippets/s{i:04d}.sh").touch()
+        why = "too large to list"
+    (f,) = _scan(capsys, root)
+    assert f["severity"] == "warning" and "not checked: " in f["message"] and why in f["message"], f["message"]
+    assert f["commands"] == ["ls -lL /var/lib/vz/snippets/gpu.sh"]
+
+
+def test_a_readable_snippets_directory_is_still_checked(capsys, tmp_path):
+    root = _snapshot(tmp_path)
+    (root / "var/lib/vz/snippets").mkdir()
+    (f,) = _scan(capsys, root)
+    assert f["severity"] == "error" and "does not exist on this host" in f["message"]
+    (root / "var/lib/vz/snippets/gpu.sh").write_text("#!/bin/sh\n")
+    (root / "var/lib/vz/snippets/gpu.sh").chmod(0o755)
+    assert _scan(capsys, root) == []
+
+
+def test_a_remote_listing_that_fails_or_is_too_large_is_not_checked(tmp_path):
+    big = tmp_path / "big/snippets"
+    big.mkdir(parents=True)
+    for i in range(gather.MAX_SNIPPETS + 1):
+        (big / f"s{i:04d}").touch()
+    (tmp_path / "gone").mkdir()
+    stores = {"big": Storage("big", "dir", str(tmp_path / "big"), ("snippets",)),
+              "gone": Storage("gone", "dir", str(tmp_path / "gone"), ("snippets",))}  # no snippets/: no script
+    files, unread = gather.snippet_listing(_Remote(), stores)
+    assert files == {"gone": {}} and "too large to list" in unread["big"]
+
+    class Denied(_Remote):
+        def run(self, argv, timeout=None, max_output=None, input=None):
+            from lxcfix.model import Result
+
+            return Result(1, "", f"find: '{tmp_path}/big/snippets': Permission denied\n")
+
+    files, unread = gather.snippet_listing(Denied(), stores)
+    assert "big" not in files and "Permission denied" in unread["big"] and files == {"gone": {}}
