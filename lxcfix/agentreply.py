@@ -108,7 +108,7 @@ def _record(rec, allowed: frozenset, expect: str | dict | None, single: str | No
     ct, outcome = rec.get("ct"), rec.get("outcome")
     if not isinstance(ct, str) or not 0 < len(ct) <= 256:
         raise Invalid("a result has no container")
-    if outcome not in allowed:
+    if not isinstance(outcome, str) or outcome not in allowed:
         raise Invalid(f"CT {ct[:64]!r}: outcome {str(outcome)[:32]!r} is not one this request can have")
     if not isinstance(rec.get("message"), str):
         raise Invalid(f"CT {ct[:64]!r}: no message")

@@ -178,3 +178,39 @@ def test_nothing_a_host_sends_prints_a_row_or_a_control_character(fleet, contain
     assert len(rows) == 2 and rows[0].split()[:2] == ["hv1", "applied"], rows
     assert rows[1].startswith("  hv2  refused") and "CT 300\\x0a  hv3  applied" in rows[1], rows
     assert "CT 300: refused\\x0a  hv1  rolled back" in out and "\\u202eok" in out
+
+
+# ----------------------------------------------------------------- a host that never answers
+
+
+def test_a_stalled_host_holds_the_run_only_as_long_as_its_host_timeout(fleet, container_factory, tun):
+    """The agent's deadline was 900 s, fixed: --host-timeout (and lxcfix_host_timeout) set it."""
+    import time
+
+    c = broken(container_factory)
+    fleet.add("hv1", [c])
+    d = fleet.add("hv2", [Ct("300")])
+    stall = fleet.tmp / "stall.sh"
+    stall.write_text("#!/bin/sh\nexec sleep 300\n")
+    stall.chmod(0o755)
+    d.authorized_keys.write_text(f'command="{stall}" {fleet.keys.public_line()}\n')
+
+    start = time.monotonic()
+    rc, out, err, _ = run(fleet, "apply", "--all", "--yes", "--serial", "2", "--host-timeout", "10")
+    took = time.monotonic() - start
+    assert rc == 3 and took < 60, (took, out + err)
+    rows = summary(out)
+    assert rows[0].split()[:2] == ["hv1", "applied"], rows
+    assert rows[1].split()[:3] == ["hv2", "lost", "mid-run"] and "no reply within 10s" in rows[1], rows
+
+    text = fleet.inventory.read_text().replace("lxcfix_backend: lxc", "lxcfix_backend: lxc\n    lxcfix_host_timeout: 10")
+    fleet.inventory.write_text(text)
+    start = time.monotonic()
+    rc, out, err, _ = run(fleet, "apply", "--all", "--yes", "--host", "hv2")
+    assert rc == 3 and time.monotonic() - start < 60 and "no reply within 10s" in out, out + err
+
+    fleet.inventory.write_text(text.replace("lxcfix_host_timeout: 10", "lxcfix_host_timeout: 5"))
+    rc, out, err, _ = run(fleet, "apply", "--all", "--yes")
+    assert rc == 2 and err.count("\n") == 1 and "lxcfix_host_timeout must be a number of seconds from 10 to 86400" \
+        in err, out + err
+    assert d.accepted() == 2  # the bad value: nothing reached
