@@ -35,13 +35,17 @@ def excerpt(text: str, size: int = 80) -> str:
 
 # C0 controls but tab and newline, DEL, and C1: what a container or a config may
 # hold to move the cursor, retitle the terminal or write the clipboard (OSC 52).
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# The bidi controls (U+061C, U+200E/U+200F, U+202A-202E, U+2066-2069), which turn the text
+# after them around, the zero-width ones and the line and paragraph separators.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
 
 
 def clean(text: object) -> str:
     """Text from a container or a config, safe for a terminal: control bytes
-    shown as \\xNN. (rich's Text never reads markup; this stops the escapes.)"""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))
+    shown as \\xNN, bidi and zero-width controls as \\uNNNN. (rich's Text never reads
+    markup; this stops the escapes.)"""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}",
+                        str(text))
 
 
 # Everything but printable text: Cc (C0, DEL, C1, tab and newline too), Cf (the bidi embeddings,

@@ -228,6 +228,9 @@ def test_bidi_controls_and_line_breaks_are_escaped():
     assert field("grüße ✓") == "grüße ✓"
     assert field("x" * 5000, 10) == "x" * 10 + "..."
     assert md_field("a | b `rm -rf` \u202e") == "a \\| b \\`rm -rf\\` \\\\u202e"
+    # every terminal line (bounded.clean, what `say` prints): bidi and separators too, tab and newline kept
+    from lxcfix.bounded import clean
+    assert clean("CT 300\u202e:\tok\n\u2028\u2067") == "CT 300\\u202e:\tok\n\\u2028\\u2067"
 
 
 # ----------------------------------------------------------------- sweep records
@@ -309,3 +312,24 @@ def test_lxcfix_host_timeout_out_of_bounds_is_bad_input(value):
         inventory.load(f"all:\n  hosts:\n    hv1:\n      lxcfix_host_timeout: {value}\n", "inv.yaml")
     (hv1,) = inventory.load("all:\n  hosts:\n    hv1:\n      lxcfix_host_timeout: 30\n", "inv.yaml").select(None)
     assert hv1.host_timeout == 30.0
+
+
+# ----------------------------------------------------------------- the markdown ticket
+
+
+def test_a_hosts_text_in_the_markdown_ticket_is_one_escaped_field():
+    """An unreachable host's error (what its sshd or shell said) in `audit --markdown`:
+    no `|` ends a cell, no backtick opens code, no line break or bidi control reaches the ticket."""
+    from lxcfix import audit
+    from lxcfix.scan import HostReport
+
+    said = "refused | pve1 | pve | 0 | `rm -rf /` \u202eok\r\n| forged | row |"
+    down = HostReport("pve2", "pve", None, (), error=said)
+    md = audit.to_markdown(audit.audit([down], "reboot"))
+    (row,) = [line for line in md.splitlines() if line.startswith("| pve2 ")]
+    assert row.count(" | ") == 6  # seven cells, as the head says
+    assert "\\| pve1 \\|" in row and "\\`rm -rf /\\`" in row and "\\\\u202eok\\\\x0d<br>\\| forged" in row
+    assert "\u202e" not in md and "\r" not in md
+    assert not any(line.startswith("| forged") for line in md.splitlines())
+    assert audit._code("a`b``c") == "```a`b``c```" and audit._code("`x") == "`` `x ``"
+    assert audit._fence("x\n````\ny") == "`````" and audit._fence("plain") == "```"
