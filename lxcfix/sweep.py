@@ -49,6 +49,7 @@ MAX_TOTAL = 64 * 1024 * 1024  # a sweep of a big host: configs, /dev, programs
 MAX_WIRE = 32 * 1024 * 1024  # what may come back for it, compressed
 MAX_RECORD = 16 * 1024 * 1024
 MAX_REQUEST = 16 * 1024 * 1024  # what the bootstrap reads of its stdin
+MAX_ITEMS = 200_000  # records, and names in dir records, of one sweep (a host of 1,000 containers: ~20,000)
 RUN_VALUES = 65_536  # a `run` record's argv words and its three other fields
 SHARED_MIN = 256  # a batch argument this long is sent once (Request.json's `strings`)
 _HEADER = re.compile(rb"\n@@([0-9a-f]{32}) ([a-z_]{1,16}) ([0-9a-f]{0,8192}) ([0-9]{1,9})\n")
@@ -169,6 +170,7 @@ def parse(data: bytes, nonce: str, limit: int = MAX_TOTAL) -> Answers:
         out.garbage = f"output larger than {limit} bytes"
         data = data[:limit]
     ours = nonce.encode()
+    items = 0
     pos = data.find(b"\n@@" + ours)
     if pos < 0:
         out.garbage = "no record at all (no python3 there, or it failed: " + _text(data[:200]) + ")"
@@ -195,6 +197,10 @@ def parse(data: bytes, nonce: str, limit: int = MAX_TOTAL) -> Answers:
             break
         body = data[start:start + size]
         pos = start + size
+        items += 1 + (body.count(b"\n") if kind == "dir" else 0)
+        if items > MAX_ITEMS:  # each is objects here: a forged sweep of short ones would cost GiBs
+            out.garbage = f"more than {MAX_ITEMS} records and names"
+            break
         try:
             _take(out, kind, name, body)
         except (ValueError, KeyError, TypeError, IndexError) as e:

@@ -333,3 +333,19 @@ def test_a_hosts_text_in_the_markdown_ticket_is_one_escaped_field():
     assert not any(line.startswith("| forged") for line in md.splitlines())
     assert audit._code("a`b``c") == "```a`b``c```" and audit._code("`x") == "`` `x ``"
     assert audit._fence("x\n````\ny") == "`````" and audit._fence("plain") == "```"
+
+
+def test_a_sweep_of_millions_of_short_names_stops_at_its_budget():
+    """61 KB sent, three dir records of 5 million two-letter names: was ~1 GiB of strings on the
+    control node; now the reading stops past sweep.MAX_ITEMS, what came before kept."""
+    names = b"ab\n" * (5 << 20)
+    data = sweep_output(("file", "/proc/devices", b"10 misc\n"), *[("dir", f"/d{i}", names) for i in range(3)])
+    assert len(data) < 100_000
+    tracemalloc.start()
+    try:
+        got = sweep.parse(data, NONCE)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert got.garbage == f"more than {sweep.MAX_ITEMS} records and names" and got.dirs == {}
+    assert got.files == {"/proc/devices": b"10 misc\n"} and peak < 100 << 20, peak
