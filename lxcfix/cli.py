@@ -305,7 +305,7 @@ KnownHostsOpt = typer.Option(None, "--known-hosts", metavar="FILE",
                              help="known_hosts file to check against (and to record in).")
 SshConfigOpt = typer.Option(None, "--ssh-config", metavar="FILE", help="ssh config file (default ~/.ssh/config).")
 HostTimeoutOpt = typer.Option(
-    None, "--host-timeout", metavar="SECONDS", min=10, max=86400,
+    None, "--host-timeout", metavar="SECONDS", min=10, max=86400,  # inventory.HOST_TIMEOUT (not imported here)
     help="With --inventory: how long a host's part may take before it counts as lost mid-run (default: "
          "the host's lxcfix_host_timeout, else 900).")
 VerboseOpt = typer.Option(False, "--verbose", "-v", help="Every finding on its own, with its evidence.")

@@ -33,8 +33,6 @@ CONTROL_ONLY = frozenset({"lxcfix.cli", "lxcfix.ssh", "lxcfix.fleet", "lxcfix.fl
 MIN_PYTHON = (3, 11)  # pyproject's requires-python: Debian 12 (PVE 8) and later
 MAX_OUTPUT = agentreply.MAX_WIRE + 4096  # what is read of a host's stdout: the framed reply and its header
 AGENT_TIMEOUT = 900.0  # a restart and its verify; the transaction's own steps have their deadlines
-# --host-timeout / lxcfix_host_timeout: how long a host's part may take, in seconds
-MIN_TIMEOUT, MAX_TIMEOUT = 10.0, 86400.0
 
 # Run by sweep.BOOT with REQ set: the shipped modules imported from memory, ahead of
 # whatever the host has installed (a shipped package's module that was not shipped is
