@@ -31,6 +31,7 @@ import sys
 import zlib
 
 from . import ctconfig
+from .agentreply import OUTCOMES  # noqa: F401  (re-exported)
 from .errors import ApplyFailed, BadInput, LxcfixError, RollbackFailed
 
 AGENT_VERSION = 1
@@ -38,9 +39,8 @@ OPS = ("plan", "apply", "apply-all", "rollback", "host-fix")
 # applied, nothing-to-do, would-apply (a check run that would go ahead), restored (rollback),
 # refused (nothing changed: lock:, digest moved, bad input), rolled-back (changed, failed,
 # put back), rollback-failed, failed (lxcfix's own state or a host file unusable: nothing
-# changed), skipped (not tried: an earlier container of this host rolled back).
-OUTCOMES = ("applied", "nothing-to-do", "would-apply", "restored", "planned", "refused", "rolled-back",
-            "rollback-failed", "failed", "skipped")
+# changed), skipped (not tried: an earlier container of this host rolled back): OUTCOMES, as
+# the control node reads them (agentreply).
 ON_FAILURE = ("on failure: undo the steps done, in reverse (restore the backup, restart or undo the "
               "live change), exit 4")
 HOST_FIX_ON_FAILURE = "on failure: restore the old unit (or remove the new one), undo the enable, reload; exit 4"
@@ -51,7 +51,7 @@ def outcome_of(e: LxcfixError) -> str:
         return "rollback-failed"
     if isinstance(e, ApplyFailed):
         return "rolled-back"
-    if isinstance(e, BadInput):
+    if isinstance(e, BadInput) or int(e.exit_code) == 2:  # nothing changed: the control exits 2 for it
         return "refused"
     return "failed"
 

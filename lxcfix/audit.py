@@ -29,11 +29,13 @@ the caller has them, else from the probe; otherwise the change says how to read 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from . import __version__, causes, codes, devices, fixes
 from .ctconfig import describe_edit
+from .bounded import field, md_field
 from .errors import BadInput
 from .model import SEVERITY_ORDER, CtReport, Finding, Fix, HostFacts, HostReport
 from .rules import access, foresight
@@ -451,7 +453,24 @@ def to_json(report: AuditReport, reach: Mapping[str, causes.Reach] | None = None
 
 
 def _cell(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", "<br>")
+    """A table cell: each line of `text` one escaped field (bounded.md_field: no `|` or backtick
+    of a host's text ends the cell or opens code), the lines joined by <br>."""
+    return "<br>".join(md_field(line, 1 << 20) for line in str(text).split("\n"))
+
+
+def _code(text: str) -> str:
+    """`text` as inline code, one escaped field, whatever backticks it holds (CommonMark: the
+    delimiter is a run of backticks longer than any in it)."""
+    text = field(text, 1 << 20)
+    ticks = "`" * (max((len(r) for r in re.findall("`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{ticks}{pad}{text}{pad}{ticks}"
+
+
+def _fence(text: str) -> str:
+    """The fence of a code block holding `text`: longer than any backtick run at a line's start in it."""
+    runs = [len(m) for m in re.findall(r"^\s*(`{3,})", text, re.M)]
+    return "`" * max(3, max(runs, default=0) + 1)
 
 
 def _host_flag(host: str, flags: Mapping[str, str] | None) -> str:
@@ -500,12 +519,12 @@ def to_markdown(report: AuditReport, host_flags: Mapping[str, str] | None = None
     notes = [(h.host, n) for h in report.hosts for n in h.notes]
     if notes:
         out.append("")
-        out += [f"- {host}: {n}" for host, n in notes]
+        out += [f"- {md_field(host)}: {_cell(n)}" for host, n in notes]
     for h in report.hosts:
         items = report.items_of(h.host)
         if not items:
             continue
-        out += ["", f"## {h.host}", "", "| CT | code | severity | outcome | device | why |",
+        out += ["", f"## {md_field(h.host)}", "", "| CT | code | severity | outcome | device | why |",
                 "|---|---|---|---|---|---|"]
         for i in items:
             out.append("| " + " | ".join(_cell(c) for c in (i.ct, i.code, i.severity, i.outcome,
@@ -513,19 +532,21 @@ def to_markdown(report: AuditReport, host_flags: Mapping[str, str] | None = None
         out += ["", f"### Changes on {h.host}"]
         for (ct, kind, change, path), group in _changes(items):
             what = ", ".join(f"{i.code}" + (f" {i.device}" if i.device else "") for i in group)
-            out += ["", f"#### CT {ct}: {what}", ""]
+            out += ["", f"#### CT {md_field(ct)}: {md_field(what)}", ""]
             if kind == "config":
                 apply = (reach[h.host].apply(ct) if reach is not None and h.host in reach
                          else f"lxcfix apply --ct {ct}{_host_flag(h.host, host_flags)}")
                 applies = any(i.applies for i in group) if reach is not None else \
                     group[0].code in ("LXF100", "LXF101")
-                extra = (f" (or `{apply}`, which makes this change with a backup and a verify)") if applies else ""
-                out += [f"In `{path}`{extra}:", "", "```diff", change, "```"]
+                extra = (f" (or {_code(apply)}, which makes this change with a backup and a verify)") if applies else ""
+                fence = _fence(change)
+                out += [f"In {_code(path)}{extra}:", "", f"{fence}diff", change, fence]
             elif kind == "command":
                 if reach is not None and h.host in reach:
                     change = "\n".join(line if line.startswith("#") else reach[h.host].command(line)
                                         for line in change.splitlines())
-                out += ["On the host:", "", "```sh", change, "```"]
+                fence = _fence(change)
+                out += ["On the host:", "", f"{fence}sh", change, fence]
             else:
                 out += [change]
     out += ["", "## How to verify after maintenance", "", "```sh"]

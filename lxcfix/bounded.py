@@ -7,7 +7,9 @@
 
 from __future__ import annotations
 
+import json
 import re
+import unicodedata
 
 _DEC = "0123456789"
 _HEX = "0123456789abcdefABCDEF"
@@ -33,10 +35,95 @@ def excerpt(text: str, size: int = 80) -> str:
 
 # C0 controls but tab and newline, DEL, and C1: what a container or a config may
 # hold to move the cursor, retitle the terminal or write the clipboard (OSC 52).
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# The bidi controls (U+061C, U+200E/U+200F, U+202A-202E, U+2066-2069), which turn the text
+# after them around, the zero-width ones and the line and paragraph separators.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
 
 
 def clean(text: object) -> str:
     """Text from a container or a config, safe for a terminal: control bytes
-    shown as \\xNN. (rich's Text never reads markup; this stops the escapes.)"""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))
+    shown as \\xNN, bidi and zero-width controls as \\uNNNN. (rich's Text never reads
+    markup; this stops the escapes.)"""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}",
+                        str(text))
+
+
+# Everything but printable text: Cc (C0, DEL, C1, tab and newline too), Cf (the bidi embeddings,
+# overrides and isolates U+202A-202E, U+2066-2069, the marks U+200E/U+200F, zero-width joiners,
+# soft hyphen, BOM, ...), the line and paragraph separators (Zl, Zp), surrogates (what
+# surrogateescape makes of bytes that are no UTF-8) and unassigned code points (Cn).
+def _unsafe(ch: str) -> bool:
+    return unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn")
+
+
+_PRINTABLE_ASCII = re.compile(r"[\x20-\x7e]*")
+
+
+def field(text: object, size: int = 4096) -> str:
+    """Text a host sent, as one field of one line for a terminal or a table: every character
+    that is no printable text (line breaks, tabs, escape sequences, bidi controls) shown as
+    \\\\xNN, \\\\uNNNN or \\\\UNNNNNNNN, at most `size` characters kept ("..." after them).
+
+        field("ok\\n  down  applied") == "ok\\\\x0a  down  applied"
+        field("abc\\u202edef") == "abc\\\\u202edef"
+    """
+    text = str(text)
+    cut = len(text) > size
+    text = text[:size]
+    if _PRINTABLE_ASCII.fullmatch(text) is None:
+        text = "".join((f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}" if ord(c) < 0x10000
+                        else f"\\U{ord(c):08x}") if _unsafe(c) else c for c in text)
+    return text + ("..." if cut else "")
+
+
+def md_field(text: object, size: int = 4096) -> str:
+    """field() for a markdown table cell or inline text: `|`, backticks and backslashes escaped
+    too, so a host's text can neither end a cell nor open code.
+
+        md_field("a|b`c") == "a\\\\|b\\\\`c"
+    """
+    return field(text, size).replace("\\", "\\\\").replace("|", "\\|").replace("`", "\\`")
+
+
+def json_doc(raw: bytes, *, max_depth: int, max_values: int):
+    """json.loads of `raw` once its shape is known to be small: nesting at most max_depth deep
+    and at most max_values values (strings, arrays, objects, commas), told by a scan of the
+    bytes that builds nothing (json's parser recurses per level, and 32 MiB of `[],` are
+    eleven million lists). ValueError (one line) for anything else, never RecursionError
+    or MemoryError from the input's shape.
+
+        json_doc(b'{"a": [1, "]"]}', max_depth=4, max_values=10) == {"a": [1, "]"]}
+        json_doc(b"[" * 100_000, max_depth=64, max_values=10**9)  -> ValueError("nested deeper than 64")
+    """
+    if not isinstance(raw, (bytes, bytearray)):
+        raise ValueError("not bytes")
+    # Inside a string every backslash starts a two-character escape: drop the escaped
+    # backslashes, then the escaped quotes; every quote left opens or closes a string.
+    bare = bytes(raw).replace(b"\\\\", b"").replace(b'\\"', b"")
+    quotes = bare.count(b'"')
+    if quotes // 2 > max_values:
+        raise ValueError(f"more than {max_values} values")
+    outside = b"".join(bare.split(b'"')[0::2])
+    del bare
+    opens = outside.count(b"[") + outside.count(b"{")
+    closes = outside.count(b"]") + outside.count(b"}")
+    if quotes // 2 + opens + closes + outside.count(b",") > 2 * max_values:
+        raise ValueError(f"more than {max_values} values")
+    depth = deepest = 0
+    for b in outside.translate(None, _NOT_BRACKET):
+        depth += 1 if b in (0x5B, 0x7B) else -1
+        if depth > deepest:
+            deepest = depth
+            if deepest > max_depth:
+                raise ValueError(f"nested deeper than {max_depth}")
+    try:
+        return json.loads(raw)
+    except RecursionError:  # not reached after the scan; never a crash either way
+        raise ValueError(f"nested deeper than {max_depth}") from None
+    except UnicodeDecodeError:
+        raise ValueError("not UTF-8") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"not JSON: {e.msg} at byte {e.pos}") from None
+
+
+_NOT_BRACKET = bytes(b for b in range(256) if b not in b"[]{}")

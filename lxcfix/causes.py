@@ -126,6 +126,9 @@ class Reach:
     inventory: str | None = None  # a fleet host: the inventory it was read from, and its name there
     name: str | None = None
     flags: tuple[str, ...] = ()  # the fleet options it was reached with (--known-hosts F, --ssh-config F)
+    # what a command run on the host over ssh needs of the inventory: ("LXCFIX_LXC_PATH=/srv/lxc", ...),
+    # lxcfix_lxc_path and lxcfix_pve_dir as the environment lxcfix reads them from (`env` words)
+    env: tuple[str, ...] = ()
 
     @property
     def _root(self) -> str:
@@ -181,6 +184,8 @@ class Reach:
         return " ".join(map(shlex.quote, argv))
 
     def _over_ssh(self, line: str, tty: bool = False) -> str:
+        if self.env:
+            line = " ".join(map(shlex.quote, ["env", *self.env])) + " " + line
         if not self.ssh:
             return line
         argv = [self.ssh[0], *(["-t"] if tty else []), *self.ssh[1:]]

@@ -219,8 +219,10 @@ def _ssh_reach(entry, req: "FleetRequest") -> "causes.Reach":
     """How a fleet host's commands reach it: apply, plan, diagnose, rollback, host-fix, scan and audit
     through the same inventory, with the known_hosts and ssh config the scan was given; the hook's
     snippet (lxcfix runs on the host) over ssh, as the scan reached it (its address, port, user, key)."""
+    env = (*((f"LXCFIX_LXC_PATH={entry.lxc_path}",) if entry.lxc_path else ()),
+           *((f"LXCFIX_PVE_DIR={entry.pve_dir}",) if entry.pve_dir else ()))
     if entry.connection == "local":
-        return causes.LOCAL
+        return causes.Reach(env=env) if env else causes.LOCAL
     argv = ["ssh"]
     if req.ssh_config:
         argv += ["-F", req.ssh_config]
@@ -235,11 +237,16 @@ def _ssh_reach(entry, req: "FleetRequest") -> "causes.Reach":
     flags = (*(("--known-hosts", req.known_hosts) if req.known_hosts else ()),
              *(("--ssh-config", req.ssh_config) if req.ssh_config else ()))
     return causes.Reach(ssh=tuple(argv), inventory=req.inventory if req.inventory != "-" else None,
-                        name=entry.name, flags=flags)
+                        name=entry.name, flags=flags, env=env)
 
 
-def _print_diff(diff: str) -> None:
-    for line in diff.splitlines():
+def _print_diff(diff: str, escape: bool = False) -> None:
+    """escape: a fleet host's diff, each line one escaped field (bounded.field)."""
+    from .bounded import field
+
+    lines = diff.split("\n") if escape else diff.splitlines()  # \x0c, U+2028: escaped, not a break
+    for line in lines[:-1] if escape and lines and not lines[-1] else lines:
+        line = field(line) if escape else line
         style = None
         if line.startswith(("+++", "---")):
             style = "bold"
@@ -299,6 +306,10 @@ AcceptNewOpt = typer.Option(False, "--accept-new-host-keys",
 KnownHostsOpt = typer.Option(None, "--known-hosts", metavar="FILE",
                              help="known_hosts file to check against (and to record in).")
 SshConfigOpt = typer.Option(None, "--ssh-config", metavar="FILE", help="ssh config file (default ~/.ssh/config).")
+HostTimeoutOpt = typer.Option(
+    None, "--host-timeout", metavar="SECONDS", min=10, max=86400,  # inventory.HOST_TIMEOUT (not imported here)
+    help="With --inventory: how long a host's part may take before it counts as lost mid-run (default: "
+         "the host's lxcfix_host_timeout, else 900).")
 VerboseOpt = typer.Option(False, "--verbose", "-v", help="Every finding on its own, with its evidence.")
 
 
@@ -526,13 +537,16 @@ def plan(
     map_group: Optional[List[str]] = MapGroupOpt,
     inventory: Optional[str] = InventoryOpt,
     known_hosts: Optional[str] = KnownHostsOpt, ssh_config: Optional[str] = SshConfigOpt,
+    host_timeout: Optional[float] = HostTimeoutOpt,
 ):
     """Print the fix as a unified diff of the config (nothing when there is nothing to do)."""
     if inventory is not None:
         entry = _one_fleet_host(inventory, host, root, "plan --ct")
         req = {"op": "plan", "ct": ct, "style": style, "asks": sorted(_asks(write_subgid, mode_0666, map_group))}
-        return Rolled(_changes([entry], req, _agent_for(known_hosts, ssh_config),
+        return Rolled(_changes([entry], req, _agent_for(known_hosts, ssh_config, host_timeout),
                                show=lambda r: _print_run(r, diff=True)))
+    if host_timeout is not None:
+        raise BadInput("--host-timeout: with --inventory (a fleet host's part has that deadline)")
     target = repair.open_target(root, host)
     _, c = repair.one(target, ct, style, asks=_asks(write_subgid, mode_0666, map_group), editable=True)
     say(f"style: {c.plan.style} ({c.plan.style_reason})", "dim", err)
@@ -573,6 +587,7 @@ def apply(
                                       "before no further host is started (default 0: stop at the first)."),
     known_hosts: Optional[str] = KnownHostsOpt, ssh_config: Optional[str] = SshConfigOpt,
     as_json: bool = typer.Option(False, "--json", help="With --inventory or --all: one JSON document on stdout."),
+    host_timeout: Optional[float] = HostTimeoutOpt,
 ):
     """Back up, write atomically, restart (or --live: change it in place), verify; roll back on any failure."""
     if (ct is None) == (not all_):
@@ -584,7 +599,10 @@ def apply(
     if inventory is not None or all_:
         return _apply_many(ct, host, root, inventory, dry_run=dry_run, yes=yes, restart=not no_restart, live=live,
                            style=style, asks=_asks(write_subgid, mode_0666, map_group), serial=serial, max_fail=max_fail,
-                           known_hosts=known_hosts, ssh_config=ssh_config, as_json=as_json)
+                           known_hosts=known_hosts, ssh_config=ssh_config, as_json=as_json,
+                           host_timeout=host_timeout)
+    if host_timeout is not None:
+        raise BadInput("--host-timeout: with --inventory (a fleet host's part has that deadline)")
     if as_json:
         raise BadInput("--json: with --inventory or --all (one container's apply prints its diff and steps)")
     target = repair.open_target(root, host)
@@ -623,13 +641,16 @@ def rollback(
     no_restart: bool = typer.Option(False, "--no-restart", help="Restore the file only."),
     inventory: Optional[str] = InventoryOpt,
     known_hosts: Optional[str] = KnownHostsOpt, ssh_config: Optional[str] = SshConfigOpt,
+    host_timeout: Optional[float] = HostTimeoutOpt,
 ):
     """Restore a backup taken by apply."""
     if inventory is not None:
         entry = _one_fleet_host(inventory, host, root, "rollback --ct")
         req = {"op": "rollback", "ct": ct, "to": to, "restart": not no_restart}
-        return Rolled(_changes([entry], req, _agent_for(known_hosts, ssh_config),
+        return Rolled(_changes([entry], req, _agent_for(known_hosts, ssh_config, host_timeout),
                                show=lambda r: _print_run(r, diff=False)))
+    if host_timeout is not None:
+        raise BadInput("--host-timeout: with --inventory (a fleet host's part has that deadline)")
     result = repair.rollback(repair.open_target(root, host), ct, to, restart=not no_restart)
     say(result.message)
     return Applied(result)
@@ -639,7 +660,8 @@ def rollback(
 
 RUN_STYLE = {"applied": "green", "restored": "green", "nothing-to-do": None, "would-apply": "yellow",
              "planned": None, "refused": "yellow", "skipped": "dim", "not-tried": "dim", "rolled-back": "bold red",
-             "rollback-failed": "bold red", "failed": "bold red", "lost": "bold red", "unreachable": "bold red",
+             "rollback-failed": "bold red", "failed": "bold red", "lost": "bold red", "invalid": "bold red",
+             "unreachable": "bold red",
              "no-python": "bold red"}
 
 
@@ -664,14 +686,14 @@ def _one_fleet_host(inventory: str, hosts: Optional[List[str]], root: Optional[s
     return entries[0]
 
 
-def _agent_for(known_hosts: Optional[str], ssh_config: Optional[str]):
+def _agent_for(known_hosts: Optional[str], ssh_config: Optional[str], host_timeout: Optional[float] = None):
     """The agent over SSH (strict host keys: a change never trusts a new key; scan
     --accept-new-host-keys records it first)."""
     from . import fleet, fleetapply, ssh
 
     options = ssh.SshOptions.from_cli(known_hosts=known_hosts, accept_new=False, ssh_config=ssh_config)
     options.check()
-    return fleetapply.agent_over(fleet.SshConnector(options))
+    return fleetapply.agent_over(fleet.SshConnector(options), host_timeout)
 
 
 def _changes(entries: list, request, agent_fn, show, serial: int = 1, max_fail: int = 0,
@@ -688,46 +710,53 @@ def _changes(entries: list, request, agent_fn, show, serial: int = 1, max_fail: 
 
 
 def _print_run(r, diff: bool, steps: bool = False, label: bool = True, command: str = "apply") -> None:
-    """One host's part: each container's diff (and steps and check, for a check run), then its outcome."""
+    """One host's part: each container's diff (and steps and check, for a check run), then its outcome.
+    Every text a host sent is one escaped field (bounded.field): no line of it can pass for another
+    host's row, move the cursor or turn the text around (bidi)."""
+    from .bounded import field
     from .fleetapply import WORDS
 
-    head = f"{r.host}: " if label else ""
+    head = f"{field(r.host)}: " if label else ""
     if not r.results:
-        say(f"{head}{r.message or WORDS.get(r.status, r.status)}", RUN_STYLE.get(r.status))
+        say(f"{head}{field(r.message or WORDS.get(r.status, r.status))}", RUN_STYLE.get(r.status))
         return
     for rec in r.results:
+        ct = field(rec["ct"])
         if diff and rec.get("diff"):
-            say(f"{head}CT {rec['ct']}: {rec.get('path', '')}", "bold")
-            _print_diff(rec["diff"])
+            say(f"{head}CT {ct}: {field(rec.get('path', ''))}", "bold")
+            _print_diff(rec["diff"], escape=True)
             if rec.get("style"):
-                say(f"style: {rec['style']} ({rec.get('style_reason', '')})", "dim", err)
+                say(f"style: {field(rec['style'])} ({field(rec.get('style_reason', ''))})", "dim", err)
         for note in rec.get("notes", []):
-            say(f"note: {note}", "dim", err)
+            say(f"note: {field(note)}", "dim", err)
         if steps and rec.get("steps"):
-            _print_steps(f"steps {command} would take", rec["steps"])
+            _print_steps(f"steps {command} would take", [field(s) for s in rec["steps"]])
             v = rec.get("verdict") or {}
             if v.get("ok"):
                 say(f"check: every step's precondition holds: {command} would go ahead", "green")
             elif v:
                 n = rec["steps"].index(v["step"]) + 1 if v.get("step") in rec["steps"] else "?"
-                say(f"check: {command} would stop at step {n} ({v.get('step')}), exit {v.get('exit_code')}",
+                say(f"check: {command} would stop at step {n} ({field(v.get('step'))}), exit {rec['exit']}",
                     "yellow")
-        say(f"{head}{rec['message']}", RUN_STYLE.get(rec["outcome"]))
+        say(f"{head}{field(rec['message'])}", RUN_STYLE.get(rec["outcome"]))
 
 
 def _print_summary(runs: list) -> None:
+    from .bounded import field
     from .fleetapply import WORDS, summary_line
 
     out.print()
     say(summary_line(runs), "bold")
-    width = max(len(r.host) for r in runs)
+    width = max(len(field(r.host)) for r in runs)
     for r in runs:
         what = r.message or "; ".join(f"CT {x['ct']}: {WORDS.get(x['outcome'], x['outcome'])}" for x in r.results)
-        say(f"  {r.host.ljust(width)}  {WORDS.get(r.status, r.status):<15} {what}", RUN_STYLE.get(r.status))
+        say(f"  {field(r.host).ljust(width)}  {WORDS.get(r.status, r.status):<15} {field(what)}",
+            RUN_STYLE.get(r.status))
 
 
 def _apply_many(ct, hosts, root, inventory, *, dry_run: bool, yes: bool, restart: bool, live: bool, style: str,
-                asks: frozenset, serial: int, max_fail: int, known_hosts, ssh_config, as_json: bool) -> Rolled:
+                asks: frozenset, serial: int, max_fail: int, known_hosts, ssh_config, as_json: bool,
+                host_timeout: Optional[float] = None) -> Rolled:
     """apply --inventory (one host's --ct, or --all over the hosts), or apply --all on this host or
     snapshot, through the agent (run in this process for this host)."""
     base = {"op": "apply-all" if ct is None else "apply", "dry_run": dry_run, "restart": restart, "live": live,
@@ -735,8 +764,11 @@ def _apply_many(ct, hosts, root, inventory, *, dry_run: bool, yes: bool, restart
     if inventory is not None:
         entries = [_one_fleet_host(inventory, hosts, root, "apply --ct")] if ct is not None \
             else _fleet_entries(inventory, hosts, root)
-        return _run_confirmed(entries, base, _agent_for(known_hosts, ssh_config), None, single=ct, yes=yes,
+        return _run_confirmed(entries, base, _agent_for(known_hosts, ssh_config, host_timeout), None, single=ct,
+                              yes=yes,
                               dry_run=dry_run, serial=serial, max_fail=max_fail, as_json=as_json)
+    if host_timeout is not None:
+        raise BadInput("--host-timeout: with --inventory (a fleet host's part has that deadline)")
     from . import agent
 
     repair.open_target(root, hosts)  # a bad --root or --host: bad input before anything runs
@@ -954,6 +986,7 @@ def host_fix(
     gpu: Optional[List[int]] = typer.Option(None, "--gpu", metavar="MINOR", help="GPU minor (repeat)"),
     inventory: Optional[str] = InventoryOpt,
     known_hosts: Optional[str] = KnownHostsOpt, ssh_config: Optional[str] = SshConfigOpt,
+    host_timeout: Optional[float] = HostTimeoutOpt,
 ):
     """Install a systemd unit that creates the NVIDIA nodes at boot, before guests start (LXF112)."""
     from . import hostfix
@@ -962,9 +995,12 @@ def host_fix(
         entry = _one_fleet_host(inventory, host, root, "host-fix")
         req = {"op": "host-fix", "dry_run": dry_run, "enable": not no_enable, "now": now, "modprobe": modprobe,
                "gpus": list(gpu) if gpu else None}
-        return _run_confirmed([entry], req, _agent_for(known_hosts, ssh_config), None, single="host", yes=yes,
+        return _run_confirmed([entry], req, _agent_for(known_hosts, ssh_config, host_timeout), None, single="host",
+                              yes=yes,
                               dry_run=dry_run, command="host-fix")
 
+    if host_timeout is not None:
+        raise BadInput("--host-timeout: with --inventory (a fleet host's part has that deadline)")
     target = repair.open_target(root, host)
     plan = hostfix.plan_host_unit(host_facts(target.transport, target.backend), hostfix.read_existing(target),
                                   modprobe=modprobe or hostfix.MODPROBE, gpu_minors=gpu or None)

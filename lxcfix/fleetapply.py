@@ -20,14 +20,17 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
 from .errors import LxcfixError
+from .outcome import Rolled, run_exit
 
 # Worst first: a host's status is its worst container's outcome.
-RANK = ("rollback-failed", "rolled-back", "lost", "failed", "no-python", "unreachable", "refused", "would-apply",
-        "planned", "applied", "restored", "skipped", "nothing-to-do", "not-tried")
-FAILED = frozenset({"rollback-failed", "rolled-back", "lost"})
+RANK = ("rollback-failed", "rolled-back", "lost", "invalid", "failed", "no-python", "unreachable", "refused",
+        "would-apply", "planned", "applied", "restored", "skipped", "nothing-to-do", "not-tried")
+# invalid: the host sent a reply that is not the agent's answer to the request (agentreply):
+# what it did there, only its journal says, as for a host lost mid-run.
+FAILED = frozenset({"rollback-failed", "rolled-back", "lost", "invalid"})
 WORDS = {"rollback-failed": "rollback FAILED", "rolled-back": "rolled back", "lost": "lost mid-run",
-         "no-python": "no python3", "nothing-to-do": "nothing to do", "would-apply": "would apply",
-         "not-tried": "not tried"}
+         "invalid": "invalid reply", "no-python": "no python3", "nothing-to-do": "nothing to do",
+         "would-apply": "would apply", "not-tried": "not tried"}
 
 
 @dataclass
@@ -54,44 +57,57 @@ Agent = Callable[[object, dict], dict]  # (inventory entry or None, request) -> 
 
 
 def from_doc(host: str, doc: dict, seconds: float = 0.0) -> HostRun:
-    """The agent's document as one host's run."""
+    """The agent's document, checked (agentreply.validate), as one host's run: its status the
+    worst container's outcome, its exit code the control node's for that status."""
     err = doc.get("error")
     if err:
         status = "refused" if err["exit"] == 2 else "failed"
-        return HostRun(host, status, err["exit"], [], err["message"], seconds)
+        return HostRun(host, status, run_exit(status), [], err["message"], seconds)
     results = doc["results"]
     if not results:
         return HostRun(host, "nothing-to-do", 0, [], "nothing to change", seconds)
     status = min((r["outcome"] for r in results), key=RANK.index)
-    return HostRun(host, status, max(r["exit"] for r in results), results, "", seconds)
+    return HostRun(host, status, run_exit(status), results, "", seconds)
 
 
 def host_run(entry, agent: Agent, request: dict, name: str | None = None) -> HostRun:
-    """One host: the agent's answer, or why there is none (a finding of the run, never a crash)."""
-    from .ship import AgentError, NoReply
+    """One host: the agent's answer, checked against the request, or why there is none (a
+    finding of the run, never a crash: an invalid reply is that host's "invalid")."""
+    from .agentreply import Invalid, validate
+    from .ship import AgentError, InvalidReply, NoReply
 
     host = name or getattr(entry, "name", "this host")
     start = time.monotonic()
     try:
-        doc = agent(entry, request)
+        doc = validate(agent(entry, request), request)
+    except (Invalid, InvalidReply) as e:
+        return HostRun(host, "invalid", run_exit("invalid"), [], f"host sent an invalid reply: {e}",
+                       time.monotonic() - start)
     except AgentError as e:
         status = "lost" if isinstance(e, NoReply) else "no-python"
-        return HostRun(host, status, int(e.exit_code), [], str(e), time.monotonic() - start)
+        return HostRun(host, status, run_exit(status), [], str(e), time.monotonic() - start)
     except LxcfixError as e:  # not reached: connect, host key, login
-        return HostRun(host, "unreachable", int(e.exit_code), [], str(e), time.monotonic() - start)
+        return HostRun(host, "unreachable", run_exit("unreachable", int(e.exit_code)), [], str(e),
+                       time.monotonic() - start)
+    except Exception as e:  # a bug, or a library's odd error: this host's, never the run's
+        return HostRun(host, "lost", run_exit("lost"), [], f"internal error (a bug) with this host: "
+                       f"{type(e).__name__}: {e}; what ran there, its journal says", time.monotonic() - start)
     return from_doc(host, doc, time.monotonic() - start)
 
 
-def agent_over(connect) -> Agent:
-    """The agent run over one connection per host: connect(entry) -> transport (fleet.SshConnector)."""
+def agent_over(connect, timeout: float | None = None) -> Agent:
+    """The agent run over one connection per host: connect(entry) -> transport (fleet.SshConnector).
+    timeout: how long a host's part may take (--host-timeout); None: the host's
+    lxcfix_host_timeout, else ship.AGENT_TIMEOUT."""
     from .errors import Unreachable
-    from .ship import AgentError, NoReply, run_agent
+    from .ship import AGENT_TIMEOUT, AgentError, NoReply, run_agent
 
     def run(entry, request: dict) -> dict:
+        deadline = timeout or getattr(entry, "host_timeout", None) or AGENT_TIMEOUT
         t = connect(entry)
         try:
             try:
-                return run_agent(t, request)
+                return run_agent(t, request, timeout=deadline)
             except AgentError:
                 raise
             except Unreachable as e:  # the link went after the request: what happened there, its journal says
@@ -142,8 +158,8 @@ def roll(entries: Sequence, run_one: Callable[[object], HostRun], *, serial: int
 
 
 def worst_exit(runs: Iterable[HostRun]) -> int:
-    """The exit code of the whole run: the worst host's (5 > 4 > 3 > 2 > 1 > 0)."""
-    return max((r.exit for r in runs), default=0)
+    """The exit code of the whole run: the worst host's (5 > 4 > 3 > 2 > 1 > 0), from its status."""
+    return Rolled(list(runs)).exit_code
 
 
 def counts(runs: Iterable[HostRun]) -> dict[str, int]:

@@ -44,6 +44,7 @@ ansible_* keys are ignored. lxcfix's own keys (inventory/README.md):
     lxcfix_pve_node              this host's Proxmox node name (default: its /etc/hostname)
     lxcfix_lxc_path              plain LXC lxcpath (default /var/lib/lxc)
     lxcfix_pve_dir               Proxmox config filesystem (default /etc/pve)
+    lxcfix_host_timeout          seconds a fleet change may take on this host (10-86400; default 900)
 
 An inventory never chooses where root writes: lxcfix_known_hosts is a file to
 check keys against (HostEntry.known_hosts, with known_hosts_from_inventory
@@ -133,6 +134,7 @@ class HostEntry:
     pve_node: str | None = None
     lxc_path: str | None = None
     pve_dir: str | None = None
+    host_timeout: float | None = None  # lxcfix_host_timeout: the agent's deadline there (None: the run's)
     groups: tuple[str, ...] = ()
     vars: Mapping[str, Any] = field(default_factory=dict)
     source: str = ""  # "file:line" (JSON: "file: place") where the host is first named
@@ -277,6 +279,16 @@ def _port_of(name: str) -> Validator:
     return lambda v, err: _port(v, name, err)
 
 
+HOST_TIMEOUT = (10, 86400)  # lxcfix_host_timeout and --host-timeout, seconds
+
+
+def _host_timeout(v: Any, err: Err) -> float:
+    lo, hi = HOST_TIMEOUT
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi:
+        raise err(f"lxcfix_host_timeout must be a number of seconds from {lo} to {hi}, got {_show(v)}")
+    return float(v)
+
+
 def _containers(v: Any, err: Err) -> tuple[str, ...] | None:
     """lxcfix_containers: "all" or null -> None; 200 or [200, "web", 200] -> ("200", "web")."""
     if v is None or v == "all":
@@ -322,6 +334,7 @@ VALIDATORS: dict[str, Validator] = {
     "lxcfix_pve_node": _text("lxcfix_pve_node", _PVE_NODE.fullmatch, "a Proxmox node name"),
     "lxcfix_lxc_path": _absolute_dir("lxcfix_lxc_path"),
     "lxcfix_pve_dir": _absolute_dir("lxcfix_pve_dir"),
+    "lxcfix_host_timeout": _host_timeout,
 }
 LXCFIX_KEYS = tuple(k for k in VALIDATORS if k.startswith("lxcfix_"))
 # The Ansible collection's playbook variables (ansible_collections/lxcfix/lxcfix/playbooks): an inventory
@@ -698,6 +711,7 @@ class _Tree:
             pve_node=v.get("lxcfix_pve_node"),
             lxc_path=v.get("lxcfix_lxc_path"),
             pve_dir=v.get("lxcfix_pve_dir"),
+            host_timeout=v.get("lxcfix_host_timeout"),
             groups=tuple(groups),
             vars=v,
             source=self.w.at(h.loc),

@@ -73,16 +73,33 @@ class Audited:
         return ExitCode.UNREACHABLE if any(h.error for h in self.report.hosts) else ExitCode.CLEAN
 
 
+# A change's outcome on one container or host (agent.OUTCOMES, fleetapply's host statuses) ->
+# its exit code, decided here: a fleet host's reply says what happened (checked against the
+# request, agentreply.validate), never which number the run exits with.
+RUN_EXIT = {"applied": 0, "nothing-to-do": 0, "restored": 0, "skipped": 0, "not-tried": 0,
+            "would-apply": 1, "planned": 1, "refused": 2, "failed": 3, "lost": 3, "invalid": 3, "no-python": 3,
+            "unreachable": 3, "rolled-back": 4, "rollback-failed": 5}
+
+
 @dataclass(frozen=True)
 class Rolled:
     """A change run on many hosts, or many containers (fleetapply.HostRun each): the worst
-    host's exit code."""
+    host's exit code, each host's from its status (an unreachable host's from the error the
+    control node met: 2 for a host key it refused, else 3)."""
 
     runs: Sequence[Any]
 
     @property
     def exit_code(self) -> int:
-        return max((int(r.exit) for r in self.runs), default=0)
+        return max((run_exit(r.status, r.exit) for r in self.runs), default=0)
+
+
+def run_exit(status: str, reached: int = 3) -> int:
+    """A host's (or container's) exit code from its status; reached: the control node's own
+    error's code for a host it did not reach (unreachable), 2 or 3."""
+    if status == "unreachable":
+        return reached if reached in (ExitCode.USAGE, ExitCode.UNREACHABLE) else ExitCode.UNREACHABLE
+    return RUN_EXIT.get(status, ExitCode.UNREACHABLE)
 
 
 @dataclass(frozen=True)

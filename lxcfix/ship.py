@@ -22,7 +22,7 @@ import json
 import os
 import zlib
 
-from . import sweep
+from . import agentreply, sweep
 from .errors import LxcfixError, Unreachable
 
 SHIPPED_PACKAGES = ("lxcfix", "jinja2", "markupsafe", "tenacity")
@@ -31,7 +31,7 @@ CONTROL_ONLY = frozenset({"lxcfix.cli", "lxcfix.ssh", "lxcfix.fleet", "lxcfix.fl
                           "lxcfix.inventory_io", "lxcfix.entry", "lxcfix.__main__", "lxcfix.ship",
                           "lxcfix.api", "lxcfix.templates"})
 MIN_PYTHON = (3, 11)  # pyproject's requires-python: Debian 12 (PVE 8) and later
-MAX_REPLY = 32 * 1024 * 1024
+MAX_OUTPUT = agentreply.MAX_WIRE + 4096  # what is read of a host's stdout: the framed reply and its header
 AGENT_TIMEOUT = 900.0  # a restart and its verify; the transaction's own steps have their deadlines
 
 # Run by sweep.BOOT with REQ set: the shipped modules imported from memory, ahead of
@@ -88,6 +88,10 @@ class OldPython(AgentError):
 
 class NoReply(AgentError):
     ran = True
+
+
+class InvalidReply(NoReply):
+    """A reply that is not the agent's (agentreply): the host may have run anything."""
 
 
 def _sources(package: str) -> dict[str, list]:
@@ -147,14 +151,9 @@ def parse_reply(stdout: str, stderr: str, rc: int, nonce: str, host: str) -> dic
         raise OldPython(f"its python3 is {body[4:20].strip()}; lxcfix needs "
                         f"{'.'.join(map(str, MIN_PYTHON))} or later there; nothing changed")
     try:
-        inflate = zlib.decompressobj()
-        raw = inflate.decompress(base64.b64decode(body.split("\n", 1)[0], validate=True), MAX_REPLY + 1)
-        if len(raw) > MAX_REPLY:
-            raise ValueError(f"larger than {MAX_REPLY} bytes")
-        doc = json.loads(raw)
-        return check_doc(doc)
-    except (ValueError, zlib.error, TypeError, KeyError) as e:
-        raise NoReply(f"the agent's reply does not read ({e}); what it did, its journal there says") from None
+        return check_doc(agentreply.read(body.split("\n", 1)[0]))
+    except ValueError as e:  # agentreply.Invalid too
+        raise InvalidReply(str(e)) from None
 
 
 _FIELDS = {"ct": str, "outcome": str, "exit": int, "message": str, "diff": str, "style": str,
@@ -189,5 +188,10 @@ def check_doc(doc) -> dict:
 def run_agent(transport, request: dict, timeout: float = AGENT_TIMEOUT) -> dict:
     """One exec on the host: the bootstrap, the code and the request on its stdin."""
     nonce = sweep.nonce()
-    r = transport.run(sweep.argv(), input=stdin(request, nonce), timeout=timeout, max_output=MAX_REPLY)
+    r = transport.run(sweep.argv(), input=stdin(request, nonce), timeout=timeout, max_output=MAX_OUTPUT)
+    if len(r.stdout) >= MAX_OUTPUT:
+        raise InvalidReply(f"larger than {agentreply.MAX_WIRE} bytes")
+    if r.rc == 124:
+        raise NoReply(f"no reply within {timeout:g}s (--host-timeout, lxcfix_host_timeout); the change may "
+                      "still be running there: its journal says what it did")
     return parse_reply(r.stdout, r.stderr, r.rc, nonce, getattr(transport, "name", "host"))

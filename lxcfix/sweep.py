@@ -42,12 +42,15 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from . import memo
+from .bounded import json_doc
 from .model import Result
 
 MAX_TOTAL = 64 * 1024 * 1024  # a sweep of a big host: configs, /dev, programs
 MAX_WIRE = 32 * 1024 * 1024  # what may come back for it, compressed
 MAX_RECORD = 16 * 1024 * 1024
 MAX_REQUEST = 16 * 1024 * 1024  # what the bootstrap reads of its stdin
+MAX_ITEMS = 200_000  # records, and names in dir records, of one sweep (a host of 1,000 containers: ~20,000)
+RUN_VALUES = 65_536  # a `run` record's argv words and its three other fields
 SHARED_MIN = 256  # a batch argument this long is sent once (Request.json's `strings`)
 _HEADER = re.compile(rb"\n@@([0-9a-f]{32}) ([a-z_]{1,16}) ([0-9a-f]{0,8192}) ([0-9]{1,9})\n")
 
@@ -167,6 +170,7 @@ def parse(data: bytes, nonce: str, limit: int = MAX_TOTAL) -> Answers:
         out.garbage = f"output larger than {limit} bytes"
         data = data[:limit]
     ours = nonce.encode()
+    items = 0
     pos = data.find(b"\n@@" + ours)
     if pos < 0:
         out.garbage = "no record at all (no python3 there, or it failed: " + _text(data[:200]) + ")"
@@ -193,6 +197,10 @@ def parse(data: bytes, nonce: str, limit: int = MAX_TOTAL) -> Answers:
             break
         body = data[start:start + size]
         pos = start + size
+        items += 1 + (body.count(b"\n") if kind == "dir" else 0)
+        if items > MAX_ITEMS:  # each is objects here: a forged sweep of short ones would cost GiBs
+            out.garbage = f"more than {MAX_ITEMS} records and names"
+            break
         try:
             _take(out, kind, name, body)
         except (ValueError, KeyError, TypeError, IndexError) as e:
@@ -216,12 +224,19 @@ def _take(out: Answers, kind: str, name: str, body: bytes) -> None:
     elif kind == "isdir":
         out.isdir[name] = True
     elif kind == "run":
-        doc = json.loads(body)
-        argv = tuple(str(a) for a in doc["argv"])
-        rc = doc["rc"]
+        # {"argv": [str, ...], "rc": int, "stdout": str, "stderr": str}: the shape checked before
+        # it is parsed (a record of nested or empty lists would cost the control node GiBs), the
+        # types after
+        doc = json_doc(body, max_depth=2, max_values=RUN_VALUES)
+        if not isinstance(doc, dict) or not isinstance(doc.get("argv"), list) \
+                or not all(isinstance(a, str) for a in doc["argv"]):
+            raise ValueError("argv is not a list of texts")
+        rc = doc.get("rc")
         if not isinstance(rc, int) or isinstance(rc, bool):
             raise ValueError("rc is not a number")
-        out.runs[argv] = Result(rc, str(doc["stdout"]), str(doc["stderr"]))
+        if not isinstance(doc.get("stdout"), str) or not isinstance(doc.get("stderr"), str):
+            raise ValueError("stdout or stderr is not text")
+        out.runs[tuple(doc["argv"])] = Result(rc, doc["stdout"], doc["stderr"])
     elif kind == "node":
         m = _NODE.fullmatch(body)  # what nearly every record of a sweep is: one regex, not six
         if m is not None:
