@@ -392,8 +392,16 @@ import sys  # noqa: E402
 # The reader and the parse of what it printed, in a child under RLIMIT_AS (as read_rootfs runs the
 # reader in this process, the parse after it); prints the packages and the child's peak RSS (KiB).
 _READ_AND_PARSE = r'''
-import json, resource, sys
+import json, sys
 from lxcfix import rootfs
+
+
+def hwm_kib():
+    # VmHWM is this process image's own peak; ru_maxrss is not: Linux keeps it across execve, so
+    # it would count the pytest process this child was forked from (preexec_fn forks).
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+
 reader = {"__name__": "lxcfix_rootfs_reader"}
 exec(compile(rootfs.READER, "<reader>", "exec"), reader)
 root = sys.argv[1]
@@ -401,7 +409,7 @@ files, caps = [rootfs.DPKG_STATUS], {rootfs.DPKG_STATUS: rootfs.PKG_MAX}
 text = "\n".join(reader["report"](root, rootfs.FILE_MAX, files, [], caps))
 seen = rootfs.parse_reader(root, text, files, [], caps)
 print(json.dumps({"state": seen.state, "errors": seen.errors, "packages": seen.packages,
-                  "out": len(text), "maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+                  "out": len(text), "maxrss_kib": hwm_kib()}))
 '''
 READ_BOUND = 192 * 1024 * 1024  # the child's address space: interpreter and lxcfix's imports take ~60 MiB
 
