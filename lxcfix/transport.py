@@ -819,7 +819,8 @@ def container_output_max() -> int:
 
 
 def container_timeout() -> float:
-    """Seconds the probe of one container may take: LXCFIX_PROBE_TIMEOUT, else 30."""
+    """Seconds the probe of one container may take, and reading its files (observe.read_rootfs):
+    LXCFIX_PROBE_TIMEOUT, else 30."""
     return env_number("LXCFIX_PROBE_TIMEOUT", CONTAINER_TIMEOUT, float)
 
 
