@@ -63,6 +63,36 @@ def _kill(pid):
         except OSError:
             pass
 
+def _exited(pid, within):
+    """Its wait status once it has exited, within `within` seconds (a pidfd where there is one), else None."""
+    fd = None
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        pass
+    deadline, nap = time.monotonic() + within, 0.0002
+    try:
+        while True:
+            try:
+                done, code = os.waitpid(pid, os.WNOHANG)
+            except OSError:
+                return 0
+            if done:
+                return code
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            if fd is not None:
+                p = select.poll()
+                p.register(fd, select.POLLIN)
+                p.poll(int(left * 1000) + 1)
+            else:
+                time.sleep(min(nap, left))
+                nap = min(nap * 2, 0.01)
+    finally:
+        if fd is not None:
+            os.close(fd)
+
 def in_child(fn, args, timeout, cap):
     """fn(*args, out) in a forked child killed (SIGKILL, its process group) at `timeout` seconds or past
     `cap` bytes: (status, what it wrote with out()) -- "ok", "timeout", "large" or "failed" (it raised)."""
@@ -110,14 +140,9 @@ def in_child(fn, args, timeout, cap):
     finally:
         os.close(r)
     if status is None:  # its end of the pipe closed: it is exiting; a moment to reap it, no more
-        for _ in range(200):
-            try:
-                done, code = os.waitpid(pid, os.WNOHANG)
-            except OSError:
-                return "ok", bytes(data)
-            if done:
-                return ("ok" if code == 0 else "failed"), bytes(data)
-            time.sleep(0.005)
+        code = _exited(pid, 2.0)
+        if code is not None:
+            return ("ok" if code == 0 else "failed"), bytes(data)
         status = "failed"
     _kill(pid)
     _reap_later(pid)
