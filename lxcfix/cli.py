@@ -23,7 +23,7 @@ from . import __version__, devices, repair
 from .errors import BadInput, ExitCode, LxcfixError, Unreachable
 from .gather import host_facts
 from .model import CtReport, HostReport
-from .outcome import Applied, Audited, Hooked, Planned, Rolled, Scanned, Shown
+from .outcome import Applied, Audited, Hooked, Planned, Rolled, Scanned, Shown, applied_message
 
 OUTCOMES = (Applied, Audited, Hooked, Planned, Rolled, Scanned, Shown)
 
@@ -587,7 +587,8 @@ def apply(
     if not yes:
         _confirm(f"apply this change to CT {ct}?")
     result = tx.run()
-    say(f"CT {ct}: applied ({result.reached}); backup {result.state.get('backup')}", "green")
+    say(applied_message(ct, result.reached, result.state.get("backup"), result.state.get("not_verified")),
+        "green" if result.verified else "yellow")
     return Applied(None)
 
 
