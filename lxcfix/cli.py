@@ -106,7 +106,18 @@ class _Console:
         return self._console
 
     def __getattr__(self, name):
+        if name == "print" and self._options.get("stderr"):
+            _flush_stdout()
         return getattr(self.real(), name)
+
+
+def _flush_stdout() -> None:
+    """Before anything goes to stderr: what stdout holds first, so that through a pipe (both
+    streams into one, `2>&1 | less`) a refusal comes after the diff it refers to."""
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        pass
 
 
 out = _Console()
@@ -139,6 +150,8 @@ from .bounded import clean  # noqa: E402  (text from a container or a config, sa
 
 def say(text: object = "", style: str | None = None, console: "_Console | None" = None) -> None:
     console, text = console or out, clean(text)
+    if console is err:
+        _flush_stdout()
     if "\t" not in text and console.plain():  # (rich expands tabs by cell width)
         console.stream().write(text + "\n")
         return
