@@ -533,7 +533,9 @@ def plan(
     target = repair.open_target(root, host)
     _, c = repair.one(target, ct, style, asks=_asks(write_subgid, mode_0666), editable=True)
     say(f"style: {c.plan.style} ({c.plan.style_reason})", "dim", err)
-    if not c.plan.is_empty:
+    if c.plan.is_empty:  # on stderr, as the style: stdout stays the diff, empty when there is none
+        say(f"CT {ct}: nothing to do", "green", err)
+    else:
         _print_diff(c.plan.diff())
     return Planned(c.plan)
 
