@@ -55,6 +55,7 @@ app = typer.Typer(
 
 COLORS = ("auto", "always", "never")
 _color = {"mode": "auto"}  # --color; read when a console is made
+_typed = {"argv": []}  # the command line as given (run()): the change ticket names it
 
 
 def color_options(mode: str) -> dict:
@@ -1180,6 +1181,43 @@ def _framework_exit(e: Exception) -> int | None:
     return None
 
 
+def _options_of(cmd) -> dict:
+    """A click command's options by name (click's, or the copy typer 0.28 carries: duck typing)."""
+    return {o: p for p in cmd.params if p.param_type_name == "option" for o in p.opts + p.secondary_opts}
+
+
+def _color_first(argv: list[str]) -> list[str]:
+    """`lxcfix scan --color never`: --color belongs to lxcfix itself (it is decided before
+    anything prints); given after the command, it is moved in front of it, as
+    `lxcfix --color never scan` (the rest of the line unchanged)."""
+    end = argv.index("--") if "--" in argv else len(argv)
+    if not any(w == "--color" or w.startswith("--color=") for w in argv[:end]):
+        return argv
+    command = typer.main.get_command(app)
+    commands = getattr(command, "commands", {})
+    i = 0
+    while i < end and argv[i] not in commands:  # lxcfix's own options: only --color takes a value
+        i += 2 if argv[i] == "--color" else 1
+    if i >= end:
+        return argv
+    opts, moved, rest, j = _options_of(commands[argv[i]]), [], [], i + 1
+    while j < end:
+        w = argv[j]
+        name = w.partition("=")[0]
+        if name == "--color" and name not in opts:
+            take = 1 if "=" in w else 2
+            if j + take > end:
+                raise BadInput("--color needs a value: auto, always or never")
+            moved += argv[j:j + take]
+            j += take
+            continue
+        p = opts.get(name)
+        take = 2 if p is not None and not (p.is_flag or p.count) and "=" not in w else 1
+        rest += argv[j:j + take]
+        j += take
+    return argv[:i] + moved + [argv[i]] + rest + argv[j:]
+
+
 def _repeated(argv: list[str]) -> str | None:
     """The first option that takes one value but is given it twice, different ("--ct 200 --ct
     201" to `apply`), said as an error; None when there is none. Click would keep the last one
@@ -1191,9 +1229,7 @@ def _repeated(argv: list[str]) -> str | None:
         return None
     from .bounded import excerpt
 
-    def options(cmd) -> dict:  # click's, or the copy typer 0.28 carries: read by duck typing
-        return {o: p for p in cmd.params if p.param_type_name == "option" for o in p.opts + p.secondary_opts}
-
+    options = _options_of
     command = typer.main.get_command(app)
     opts, seen = options(command), {}
     words = iter(words)
@@ -1220,7 +1256,9 @@ def _repeated(argv: list[str]) -> str | None:
 def run(argv: list[str] | None = None) -> int:
     """The exit code of one command line: its outcome's, or its error's."""
     try:
-        twice = _repeated(sys.argv[1:] if argv is None else list(argv))
+        _typed["argv"] = sys.argv[1:] if argv is None else list(argv)
+        argv = _color_first(_typed["argv"])
+        twice = _repeated(argv)
         if twice:
             raise BadInput(twice)
         result = app(args=argv, standalone_mode=False)
