@@ -193,7 +193,7 @@ def _print_findings(findings, ct_label: bool = True, evidence: bool = False,
             for e in f.evidence:
                 say(f"{pad}  evidence: {e}", "dim")
         if f.fix is not None:
-            say(f"{pad}  fix: {f.fix.title}", "green")
+            say(f"{pad}  fix: {(reach or causes.LOCAL).within(f.fix.title)}", "green")
         if f.live_fixable:
             live = (reach or causes.LOCAL).apply(f.ct, "--live") if not (reach and reach.root) else None
             if live:
