@@ -795,6 +795,7 @@ def audit(
     root: Optional[str] = RootOpt,
     inventory: Optional[str] = InventoryOpt,
     host: Optional[List[str]] = HostOpt,
+    ct: Optional[List[str]] = typer.Option(None, "--ct", metavar="ID", help="Only these containers."),
     for_: str = typer.Option("reboot", "--for", metavar="EVENT",
                              help="reboot, driver-upgrade, kernel-upgrade, lxc-upgrade (LXC 7) or pve-upgrade (8 -> 9)"),
     to_driver: Optional[str] = typer.Option(None, "--to-driver", metavar="VERSION",
@@ -829,20 +830,21 @@ def audit(
         if root is not None:
             raise BadInput("--inventory and --root: one or the other")
         reaches: dict = {}
-        reps = _fleet(FleetRequest(inventory, tuple(host or ()), (), not no_probe, "auto", concurrency,
+        reps = _fleet(FleetRequest(inventory, tuple(host or ()), tuple(ct or ()), not no_probe, "auto", concurrency,
                                    known_hosts, accept_new, ssh_config, keep_context=True,
                                    upgrade=for_ in audit_mod.UPGRADE_FACTS),
                       show_progress=fmt == "table", reaches=reaches)
         result = audit_mod.audit(reps, for_, new_driver=to_driver, to_kernel=to_kernel)
     else:
         target = repair.open_target(root, host)
-        rep = repair.scan(target, None, probe=not no_probe, keep_context=True,
+        rep = repair.scan(target, ct or None, probe=not no_probe, keep_context=True,
                           upgrade=for_ in audit_mod.UPGRADE_FACTS)
         result = audit_mod.audit([rep], for_, new_driver=to_driver, to_kernel=to_kernel,
                                  boot_nodes={rep.host: hostfix.unit_installed(target)})
         reaches = {rep.host: _reach(root)}
+    made = _provenance() if markdown is not None or fmt == "markdown" else None
     if markdown is not None:
-        text = clean(audit_mod.to_markdown(result, reach=reaches))
+        text = clean(audit_mod.to_markdown(result, reach=reaches, made=made))
         if markdown == "-":
             fmt = "markdown"
         else:
@@ -855,10 +857,33 @@ def audit(
     if fmt == "json":
         _json(audit_mod.to_json(result, reach=reaches))
     elif fmt == "markdown":
-        sys.stdout.write(clean(audit_mod.to_markdown(result, reach=reaches)))
+        sys.stdout.write(clean(audit_mod.to_markdown(result, reach=reaches, made=made)))
     else:
         _print_audit(result, for_, verbose, reaches)
     return Audited(result)
+
+
+def _provenance():
+    """The change ticket's header: now (UTC), this host, the command line as typed, and who
+    ran it (SUDO_USER when set: root's name says nothing of who ran sudo)."""
+    import datetime
+    import pwd
+    import shlex
+    import socket
+
+    from . import audit as audit_mod
+    from .bounded import excerpt
+
+    try:
+        user = pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        user = f"uid {os.getuid()}"
+    sudo = os.environ.get("SUDO_USER", "").strip()
+    if sudo:
+        user = f"{excerpt(sudo, 64)} (through sudo, as {user})"
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return audit_mod.Provenance(date, excerpt(socket.gethostname(), 253), shlex.join(["lxcfix", *_typed["argv"]]),
+                                user)
 
 
 def _print_audit(result, for_: str, verbose: bool = False, reaches: dict | None = None) -> None:
@@ -872,63 +897,81 @@ def _print_audit(result, for_: str, verbose: bool = False, reaches: dict | None 
         for n in h.notes:
             say(f"  {h.host}: {n}", "dim")
     if verbose:
+        shown: dict = {}  # (host, ct) -> the changes shown for that container
         for i in result.items:
             line = Text(clean(f"{i.ct:>8}  "))
             line.append(f"{i.code} ", style="bold")
             line.append(f"{i.outcome:<5}", style="bold red" if i.outcome == "will" else "yellow")
             line.append(clean(i.why + (f" [{i.device}]" if i.device else "")))
             out.print(line)
-            _print_change(i, "          ")
+            _print_change(i, "          ", (reaches or {}).get(i.host, causes.LOCAL),
+                          shown.setdefault((i.host, i.ct), set()))
         return
-    last = None
+    last, shown = None, set()
     for group in causes.audit_groups(result.items):
         first = group[0]
         if (first.host, first.ct) != last:
-            last = (first.host, first.ct)
+            last, shown = (first.host, first.ct), set()
             say(f"CT {first.ct}" + (f" on {first.host}" if len(result.hosts) > 1 else ""), "bold")
         line = Text(f"  {first.outcome:<5}  ", style="bold red" if first.outcome == "will" else "yellow")
         line.append(clean(f"{first.why} [{first.code}]"))
         out.print(line)
-        _print_group(group, (reaches or {}).get(first.host, causes.LOCAL), "         ")
+        _print_group(group, (reaches or {}).get(first.host, causes.LOCAL), "         ", shown)
         for i in group[1:]:
             say(f"         also: {i.why} [{i.code}]", "dim")
     if result.items:
         _hint()
 
 
-def _print_group(group, reach, pad: str) -> None:
+def _change_lines(i, reach) -> list[str]:
+    """An audit item's change as printed: lxcfix's own commands made to reach the host (causes.Reach)."""
+    return [reach.command(t) if i.kind == "command" and not t.startswith("#") else reach.within(t)
+            for t in i.change.splitlines()]
+
+
+def _print_group(group, reach, pad: str, shown: set) -> None:
     """The changes of one cause's items, each block once (items of one cause share their
     lines: `pct pending`, `pct reboot`), then the command that makes them: `lxcfix apply`
     for what the plan makes; a host block is itself the commands (lxcfix's own made to
-    reach the host: causes.Reach); a change by hand says so."""
+    reach the host: causes.Reach); a change by hand says so. shown: what this container's
+    groups showed already (one plan fixes several causes: its diff is shown once)."""
     blocks: dict[tuple, list[str]] = {}
     for i in group:
         where = f"in {i.path}:" if i.kind == "config" else "run on the host:" if i.kind == "command" else "do:"
         have = blocks.setdefault((where,), [])
-        for text in i.change.splitlines():
-            if i.kind == "command" and not text.startswith("#"):
-                text = reach.command(text)
+        for text in _change_lines(i, reach):
             if text not in have:
                 have.append(text)
-    for (where,), texts in blocks.items():
-        if not texts:
-            continue
+    applying = [i for i in group if i.applies]
+    fix = applying[0].commands(reach)[0] if applying else None
+    fresh = {k: v for k, v in blocks.items() if v and (k, tuple(v)) not in shown}
+    if blocks and not fresh and (fix is None or fix in shown):
+        say(f"{pad}fix:   the change above" + (" (the same apply)" if fix else ""), "dim")
+        return
+    for (where,), texts in fresh.items():
+        shown.add(((where,), tuple(texts)))
         say(f"{pad}{where}", "dim")
         for text in texts:
             say(f"{pad}  {text}", "green" if text.startswith("+") else "red" if text.startswith("-") else None)
-    applying = [i for i in group if i.applies]
-    if applying:
-        say(f"{pad}fix:   {applying[0].commands(reach)[0]}", "green")
+    if fix is not None:
+        shown.add(fix)
+        say(f"{pad}fix:   {fix}", "green")
         say(f"{pad}       ({reach.show('plan', applying[0].ct)} shows the change first)", "dim")
     elif any(i.kind == "config" for i in group):
         path = next(i.path for i in group if i.kind == "config")
         say(f"{pad}fix:   by hand: edit {path} as above (lxcfix apply leaves this change to you)", "dim")
 
 
-def _print_change(i, pad: str) -> None:
+def _print_change(i, pad: str, reach, shown: set) -> None:
+    """One item's change (-v); a change this container's items showed already is named, not repeated."""
     where = f"in {i.path}:" if i.kind == "config" else "run on the host:" if i.kind == "command" else "do:"
+    texts = _change_lines(i, reach)
+    if (where, tuple(texts)) in shown:
+        say(f"{pad}the change above", "dim")
+        return
+    shown.add((where, tuple(texts)))
     say(f"{pad}{where}", "dim")
-    for text in i.change.splitlines():
+    for text in texts:
         say(f"{pad}  {text}", "green" if text.startswith("+") else "red" if text.startswith("-") else None)
 
 
