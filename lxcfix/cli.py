@@ -944,8 +944,9 @@ def _print_group(group, reach, pad: str, shown: set) -> None:
                 have.append(text)
     applying = [i for i in group if i.applies]
     fix = applying[0].commands(reach)[0] if applying else None
-    fresh = {k: v for k, v in blocks.items() if v and (k, tuple(v)) not in shown}
-    if blocks and not fresh and (fix is None or fix in shown):
+    said = {k: v for k, v in blocks.items() if v}
+    fresh = {k: v for k, v in said.items() if (k, tuple(v)) not in shown}
+    if said and not fresh and (fix is None or fix in shown):
         say(f"{pad}fix:   the change above" + (" (the same apply)" if fix else ""), "dim")
         return
     for (where,), texts in fresh.items():
