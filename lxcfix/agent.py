@@ -33,6 +33,7 @@ import zlib
 from . import ctconfig
 from .agentreply import OUTCOMES  # noqa: F401  (re-exported)
 from .errors import ApplyFailed, BadInput, LxcfixError, RollbackFailed
+from .outcome import applied_message
 
 AGENT_VERSION = 1
 OPS = ("plan", "apply", "apply-all", "rollback", "host-fix")
@@ -132,7 +133,8 @@ def apply_one(target, ct: str, *, dry_run: bool = False, restart: bool = True, l
         result = tx.run()
         backup = result.state.get("backup")
         return {**rec, "outcome": "applied", "exit": 0, "reached": result.reached, "verified": result.verified,
-                "backup": backup, "message": f"CT {ct}: applied ({result.reached}); backup {backup}"}
+                "backup": backup,
+                "message": applied_message(ct, result.reached, backup, result.state.get("not_verified"))}
     except LxcfixError as e:
         return {**rec, "outcome": outcome_of(e), "exit": int(e.exit_code), "message": str(e)}
 

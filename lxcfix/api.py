@@ -31,10 +31,11 @@ What the fields mean:
   config: it ran, restart=True, not live, a live host.
 - restart_required: the new config is (would be) on disk but the running
   container still runs the old one (restart=False on a running container).
-- verified: the apply's verify step ran and passed: the file on disk is the
-  planned one and, when the container runs, a probe inside and its running
-  device program show none of the problems the plan was for (False in check
-  mode, and where no verify runs: a snapshot, or restart=False). When nothing
+- verified: the apply's verify step ran and passed on the running container: the
+  file on disk is the planned one, and a probe inside and its running device
+  program show none of the problems the plan was for (False in check mode, on a
+  stopped container: step_reached "checked", the config only re-parsed, and where
+  no verify runs: a snapshot, or restart=False). When nothing
   needed doing (changed False), the state found: True when the container checks
   clean, probed inside when it runs (none of the findings a verify must not see).
 - host: the caller's name for the host (`host=`: Ansible's inventory_hostname), else the host's own.

@@ -220,8 +220,9 @@ class Applier:
                     digest_before=plan.digest, digest_after=ctconfig.digest(plan.after), style=plan.style)
 
     def transaction(self, plan: Plan, *, restart: bool = True, verify: Verify_ | None = None,
-                    live: LiveOps | None = None) -> Transaction:
-        """The steps this apply takes; check mode (`--dry-run`) checks them, apply() runs them."""
+                    live: LiveOps | None = None, unchecked: Callable[[], str | None] | None = None) -> Transaction:
+        """The steps this apply takes; check mode (`--dry-run`) checks them, apply() runs them.
+        unchecked: after verify, why nothing was probed (steps.Verify), or None."""
         path = self.host.local_path(plan.path)
         t, b = self.host.transport, self.host.backend
         steps: list[Step] = self._lock()
@@ -237,7 +238,8 @@ class Applier:
             steps.append(Restart(b, t, self.ct))
         if verify is not None:
             steps.append(Verify(verify, "verify: probe inside, and the running device program equals the "
-                                        "planned config" + (", init PID unchanged" if live is not None else "")))
+                                        "planned config" + (", init PID unchanged" if live is not None else ""),
+                                unchecked=unchecked))
         return Transaction("apply", steps, self.journal, self._base(plan))
 
     def apply(self, plan: Plan, *, restart: bool = True, verify: Verify_ | None = None,
@@ -245,7 +247,7 @@ class Applier:
         if plan.is_empty:
             return ApplyResult("nothing-to-do", None, True, False, "nothing to change")
         result = self.transaction(plan, restart=restart, verify=verify, live=live).run()
-        return ApplyResult(result.reached, result.state.get("backup"), verify is not None, False)
+        return ApplyResult(result.reached, result.state.get("backup"), result.verified, False)
 
     # -- lxcfix rollback
 

@@ -128,6 +128,20 @@ class AuditReport:
         return list(seen)
 
 
+@dataclass(frozen=True)
+class Provenance:
+    """Who made a change ticket, when, where and how (the command line fills it in; the
+    version is this lxcfix's): the ticket's header.
+
+        Provenance("2026-12-03T11:40:00Z", "pve1", "lxcfix audit --format markdown", "alice")
+    """
+
+    date: str  # UTC, ISO 8601
+    host: str  # where lxcfix ran
+    command: str  # the command line, quoted as shlex.join quotes it
+    user: str  # who ran it (SUDO_USER when set)
+
+
 # ---------------------------------------------------------------- the audit
 
 def audit(hosts: Sequence[HostReport], for_: str, *, new_driver: str | None = None,
@@ -480,11 +494,12 @@ def _host_flag(host: str, flags: Mapping[str, str] | None) -> str:
 
 
 def to_markdown(report: AuditReport, host_flags: Mapping[str, str] | None = None,
-                reach: Mapping[str, causes.Reach] | None = None) -> str:
+                reach: Mapping[str, causes.Reach] | None = None, made: Provenance | None = None) -> str:
     """A change ticket. host_flags: host -> the lxcfix option that reaches it in
     the verify commands ("" for this host; default `--host H` for other names);
     reach: host -> where its commands act (causes.Reach), instead: every command then
-    runs as printed (a snapshot's change on a copy, a fleet host's over ssh)."""
+    runs as printed (a snapshot's change on a copy, a fleet host's over ssh).
+    made: the date, host, command line and user the ticket names under its title."""
     event = report.event
     s = summary(report)
     at_risk = s["will"] + s["may"]
@@ -498,6 +513,8 @@ def to_markdown(report: AuditReport, host_flags: Mapping[str, str] | None = None
     elif report.for_ == "pve-upgrade":
         title += " from 8 to 9"
     out = [title, ""]
+    if made is not None:
+        out += _provenance(made)
     out.append(f"{at_risk} of {s['containers']} containers on {len(report.hosts)} "
                f"host{'s' if len(report.hosts) != 1 else ''} will or may break: "
                f"{s['will']} will, {s['may']} may." if at_risk else
@@ -566,6 +583,24 @@ def to_markdown(report: AuditReport, host_flags: Mapping[str, str] | None = None
             out.append(f"lxcfix diagnose --ct {ct}{flag}")
     out.append("```")
     return "\n".join(out) + "\n"
+
+
+def _provenance(made: Provenance) -> list[str]:
+    """The ticket's header lines: a list, then the command line in a fence no backtick run in
+    it can close (a value may hold anything the admin typed). Not an `sh` block: those are
+    the ticket's changes, to run; this one says what ran."""
+    fence = "`" * max(3, 1 + _longest_run(made.command, "`"))
+    return [f"- date (UTC): {_cell(made.date)}", f"- lxcfix version: {__version__}",
+            f"- run on host: {_cell(made.host)}", f"- run by: {_cell(made.user)}", "- command line:", "",
+            fence, made.command, fence, ""]
+
+
+def _longest_run(text: str, char: str) -> int:
+    longest = n = 0
+    for c in text:
+        n = n + 1 if c == char else 0
+        longest = max(longest, n)
+    return longest
 
 
 def _changes(items: list[AuditItem]) -> list[tuple[tuple, list[AuditItem]]]:

@@ -34,6 +34,7 @@ same on every run for the same problem. Every finding keeps its place in
 from __future__ import annotations
 
 import hashlib
+import re
 import shlex
 from dataclasses import dataclass
 from typing import Iterable, Sequence
@@ -178,6 +179,13 @@ class Reach:
             line = self._over_ssh(f"lxcfix {head}{tail}", tty=head not in READS_ONLY)
         return line + (f"    #{comment}" if sep else "")
 
+    def within(self, text: str) -> str:
+        """A fix's prose with lxcfix's own commands in it ("move the rule (lxcfix plan --ct 200)"),
+        each made to reach the host as command() makes a whole line (a snapshot's: `--root DIR`)."""
+        if self == LOCAL:
+            return text
+        return _EMBEDDED.sub(lambda m: self.command(m.group(0)), text)
+
     def _fleet(self, words: list[str]) -> str:
         """A command run from here on the fleet host, through the inventory it was read from."""
         argv = ["lxcfix", *words, "--inventory", self.inventory or "", "--host", self.name or "", *self.flags]
@@ -193,6 +201,10 @@ class Reach:
 
 
 LOCAL = Reach()
+# lxcfix's own command in a fix's prose: its subcommand, then options and their values, up to
+# the text around it (`)`, `;`, `,`, a backtick, a quote, or a word that is no option's value).
+_EMBEDDED = re.compile(r"lxcfix (?:plan|apply|diagnose|scan|audit|rollback|host-fix)\b"
+                       r"(?: --?[A-Za-z0-9][A-Za-z0-9-]*(?:[ =](?!-)[^\s;,)`'\"]+)?)*")
 READS_ONLY = frozenset({"scan", "diagnose", "plan", "audit", "facts", "explain"})
 FLEET = frozenset({"scan", "audit", "diagnose", "plan", "apply", "rollback", "host-fix"})  # take --inventory --host
 
@@ -594,7 +606,7 @@ def lines(cause: Cause, reach: Reach | None = None, fold: bool = False) -> list[
         if cause.applies:
             out.append((f"{pad}       ({reach.show('plan', cause.ct)} shows the change first)", "note"))
     elif cause.fix is not None:
-        out.append((f"{pad}fix:   {cause.fix.title}", "fix"))
+        out.append((f"{pad}fix:   {reach.within(cause.fix.title)}", "fix"))
     if len(cause.symptoms) > 1:
         if fold:
             counts: dict[str, int] = {}

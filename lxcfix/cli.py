@@ -25,7 +25,7 @@ from .errors import BadInput, ExitCode, LxcfixError, Unreachable
 from .gather import host_facts
 from .model import CtReport, HostReport
 from .rules.access import MAP_GROUP, checked_map_group
-from .outcome import Applied, Audited, Hooked, Planned, Rolled, Scanned, Shown
+from .outcome import Applied, Audited, Hooked, Planned, Rolled, Scanned, Shown, applied_message
 
 OUTCOMES = (Applied, Audited, Hooked, Planned, Rolled, Scanned, Shown)
 
@@ -57,6 +57,7 @@ app = typer.Typer(
 
 COLORS = ("auto", "always", "never")
 _color = {"mode": "auto"}  # --color; read when a console is made
+_typed = {"argv": []}  # the command line as given (run()): the change ticket names it
 
 
 def color_options(mode: str) -> dict:
@@ -108,7 +109,18 @@ class _Console:
         return self._console
 
     def __getattr__(self, name):
+        if name == "print" and self._options.get("stderr"):
+            _flush_stdout()
         return getattr(self.real(), name)
+
+
+def _flush_stdout() -> None:
+    """Before anything goes to stderr: what stdout holds first, so that through a pipe (both
+    streams into one, `2>&1 | less`) a refusal comes after the diff it refers to."""
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        pass
 
 
 out = _Console()
@@ -141,6 +153,8 @@ from .bounded import clean  # noqa: E402  (text from a container or a config, sa
 
 def say(text: object = "", style: str | None = None, console: "_Console | None" = None) -> None:
     console, text = console or out, clean(text)
+    if console is err:
+        _flush_stdout()
     if "\t" not in text and console.plain():  # (rich expands tabs by cell width)
         console.stream().write(text + "\n")
         return
@@ -181,7 +195,7 @@ def _print_findings(findings, ct_label: bool = True, evidence: bool = False,
             for e in f.evidence:
                 say(f"{pad}  evidence: {e}", "dim")
         if f.fix is not None:
-            say(f"{pad}  fix: {f.fix.title}", "green")
+            say(f"{pad}  fix: {(reach or causes.LOCAL).within(f.fix.title)}", "green")
         if f.live_fixable:
             live = (reach or causes.LOCAL).apply(f.ct, "--live") if not (reach and reach.root) else None
             if live:
@@ -552,9 +566,11 @@ def plan(
     say(f"style: {c.plan.style} ({c.plan.style_reason})", "dim", err)
     if not c.plan.is_empty:
         _print_diff(c.plan.diff())
-    else:
-        for line in plan_mod.unplanned(c.plan):
+    elif why := plan_mod.unplanned(c.plan):
+        for line in why:
             say(line, "yellow", err)
+    else:  # on stderr, as the style: stdout stays the diff, empty when there is none
+        say(f"CT {ct}: nothing to do", "green", err)
     return Planned(c.plan)
 
 
@@ -627,7 +643,8 @@ def apply(
     if not yes:
         _confirm(f"apply this change to CT {ct}?")
     result = tx.run()
-    say(f"CT {ct}: applied ({result.reached}); backup {result.state.get('backup')}", "green")
+    say(applied_message(ct, result.reached, result.state.get("backup"), result.state.get("not_verified")),
+        "green" if result.verified else "yellow")
     return Applied(None)
 
 
@@ -832,6 +849,7 @@ def audit(
     root: Optional[str] = RootOpt,
     inventory: Optional[str] = InventoryOpt,
     host: Optional[List[str]] = HostOpt,
+    ct: Optional[List[str]] = typer.Option(None, "--ct", metavar="ID", help="Only these containers."),
     for_: str = typer.Option("reboot", "--for", metavar="EVENT",
                              help="reboot, driver-upgrade, kernel-upgrade, lxc-upgrade (LXC 7) or pve-upgrade (8 -> 9)"),
     to_driver: Optional[str] = typer.Option(None, "--to-driver", metavar="VERSION",
@@ -866,20 +884,21 @@ def audit(
         if root is not None:
             raise BadInput("--inventory and --root: one or the other")
         reaches: dict = {}
-        reps = _fleet(FleetRequest(inventory, tuple(host or ()), (), not no_probe, "auto", concurrency,
+        reps = _fleet(FleetRequest(inventory, tuple(host or ()), tuple(ct or ()), not no_probe, "auto", concurrency,
                                    known_hosts, accept_new, ssh_config, keep_context=True,
                                    upgrade=for_ in audit_mod.UPGRADE_FACTS),
                       show_progress=fmt == "table", reaches=reaches)
         result = audit_mod.audit(reps, for_, new_driver=to_driver, to_kernel=to_kernel)
     else:
         target = repair.open_target(root, host)
-        rep = repair.scan(target, None, probe=not no_probe, keep_context=True,
+        rep = repair.scan(target, ct or None, probe=not no_probe, keep_context=True,
                           upgrade=for_ in audit_mod.UPGRADE_FACTS)
         result = audit_mod.audit([rep], for_, new_driver=to_driver, to_kernel=to_kernel,
                                  boot_nodes={rep.host: hostfix.unit_installed(target)})
         reaches = {rep.host: _reach(root)}
+    made = _provenance() if markdown is not None or fmt == "markdown" else None
     if markdown is not None:
-        text = clean(audit_mod.to_markdown(result, reach=reaches))
+        text = clean(audit_mod.to_markdown(result, reach=reaches, made=made))
         if markdown == "-":
             fmt = "markdown"
         else:
@@ -892,10 +911,33 @@ def audit(
     if fmt == "json":
         _json(audit_mod.to_json(result, reach=reaches))
     elif fmt == "markdown":
-        sys.stdout.write(clean(audit_mod.to_markdown(result, reach=reaches)))
+        sys.stdout.write(clean(audit_mod.to_markdown(result, reach=reaches, made=made)))
     else:
         _print_audit(result, for_, verbose, reaches)
     return Audited(result)
+
+
+def _provenance():
+    """The change ticket's header: now (UTC), this host, the command line as typed, and who
+    ran it (SUDO_USER when set: root's name says nothing of who ran sudo)."""
+    import datetime
+    import pwd
+    import shlex
+    import socket
+
+    from . import audit as audit_mod
+    from .bounded import excerpt
+
+    try:
+        user = pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        user = f"uid {os.getuid()}"
+    sudo = os.environ.get("SUDO_USER", "").strip()
+    if sudo:
+        user = f"{excerpt(sudo, 64)} (through sudo, as {user})"
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return audit_mod.Provenance(date, excerpt(socket.gethostname(), 253), shlex.join(["lxcfix", *_typed["argv"]]),
+                                user)
 
 
 def _print_audit(result, for_: str, verbose: bool = False, reaches: dict | None = None) -> None:
@@ -909,63 +951,82 @@ def _print_audit(result, for_: str, verbose: bool = False, reaches: dict | None 
         for n in h.notes:
             say(f"  {h.host}: {n}", "dim")
     if verbose:
+        shown: dict = {}  # (host, ct) -> the changes shown for that container
         for i in result.items:
             line = Text(clean(f"{i.ct:>8}  "))
             line.append(f"{i.code} ", style="bold")
             line.append(f"{i.outcome:<5}", style="bold red" if i.outcome == "will" else "yellow")
             line.append(clean(i.why + (f" [{i.device}]" if i.device else "")))
             out.print(line)
-            _print_change(i, "          ")
+            _print_change(i, "          ", (reaches or {}).get(i.host, causes.LOCAL),
+                          shown.setdefault((i.host, i.ct), set()))
         return
-    last = None
+    last, shown = None, set()
     for group in causes.audit_groups(result.items):
         first = group[0]
         if (first.host, first.ct) != last:
-            last = (first.host, first.ct)
+            last, shown = (first.host, first.ct), set()
             say(f"CT {first.ct}" + (f" on {first.host}" if len(result.hosts) > 1 else ""), "bold")
         line = Text(f"  {first.outcome:<5}  ", style="bold red" if first.outcome == "will" else "yellow")
         line.append(clean(f"{first.why} [{first.code}]"))
         out.print(line)
-        _print_group(group, (reaches or {}).get(first.host, causes.LOCAL), "         ")
+        _print_group(group, (reaches or {}).get(first.host, causes.LOCAL), "         ", shown)
         for i in group[1:]:
             say(f"         also: {i.why} [{i.code}]", "dim")
     if result.items:
         _hint()
 
 
-def _print_group(group, reach, pad: str) -> None:
+def _change_lines(i, reach) -> list[str]:
+    """An audit item's change as printed: lxcfix's own commands made to reach the host (causes.Reach)."""
+    return [reach.command(t) if i.kind == "command" and not t.startswith("#") else reach.within(t)
+            for t in i.change.splitlines()]
+
+
+def _print_group(group, reach, pad: str, shown: set) -> None:
     """The changes of one cause's items, each block once (items of one cause share their
     lines: `pct pending`, `pct reboot`), then the command that makes them: `lxcfix apply`
     for what the plan makes; a host block is itself the commands (lxcfix's own made to
-    reach the host: causes.Reach); a change by hand says so."""
+    reach the host: causes.Reach); a change by hand says so. shown: what this container's
+    groups showed already (one plan fixes several causes: its diff is shown once)."""
     blocks: dict[tuple, list[str]] = {}
     for i in group:
         where = f"in {i.path}:" if i.kind == "config" else "run on the host:" if i.kind == "command" else "do:"
         have = blocks.setdefault((where,), [])
-        for text in i.change.splitlines():
-            if i.kind == "command" and not text.startswith("#"):
-                text = reach.command(text)
+        for text in _change_lines(i, reach):
             if text not in have:
                 have.append(text)
-    for (where,), texts in blocks.items():
-        if not texts:
-            continue
+    applying = [i for i in group if i.applies]
+    fix = applying[0].commands(reach)[0] if applying else None
+    said = {k: v for k, v in blocks.items() if v}
+    fresh = {k: v for k, v in said.items() if (k, tuple(v)) not in shown}
+    if said and not fresh and (fix is None or fix in shown):
+        say(f"{pad}fix:   the change above" + (" (the same apply)" if fix else ""), "dim")
+        return
+    for (where,), texts in fresh.items():
+        shown.add(((where,), tuple(texts)))
         say(f"{pad}{where}", "dim")
         for text in texts:
             say(f"{pad}  {text}", "green" if text.startswith("+") else "red" if text.startswith("-") else None)
-    applying = [i for i in group if i.applies]
-    if applying:
-        say(f"{pad}fix:   {applying[0].commands(reach)[0]}", "green")
+    if fix is not None:
+        shown.add(fix)
+        say(f"{pad}fix:   {fix}", "green")
         say(f"{pad}       ({reach.show('plan', applying[0].ct)} shows the change first)", "dim")
     elif any(i.kind == "config" for i in group):
         path = next(i.path for i in group if i.kind == "config")
         say(f"{pad}fix:   by hand: edit {path} as above (lxcfix apply leaves this change to you)", "dim")
 
 
-def _print_change(i, pad: str) -> None:
+def _print_change(i, pad: str, reach, shown: set) -> None:
+    """One item's change (-v); a change this container's items showed already is named, not repeated."""
     where = f"in {i.path}:" if i.kind == "config" else "run on the host:" if i.kind == "command" else "do:"
+    texts = _change_lines(i, reach)
+    if (where, tuple(texts)) in shown:
+        say(f"{pad}the change above", "dim")
+        return
+    shown.add((where, tuple(texts)))
     say(f"{pad}{where}", "dim")
-    for text in i.change.splitlines():
+    for text in texts:
         say(f"{pad}  {text}", "green" if text.startswith("+") else "red" if text.startswith("-") else None)
 
 
@@ -1242,6 +1303,43 @@ def _framework_exit(e: Exception) -> int | None:
     return None
 
 
+def _options_of(cmd) -> dict:
+    """A click command's options by name (click's, or the copy typer 0.28 carries: duck typing)."""
+    return {o: p for p in cmd.params if p.param_type_name == "option" for o in p.opts + p.secondary_opts}
+
+
+def _color_first(argv: list[str]) -> list[str]:
+    """`lxcfix scan --color never`: --color belongs to lxcfix itself (it is decided before
+    anything prints); given after the command, it is moved in front of it, as
+    `lxcfix --color never scan` (the rest of the line unchanged)."""
+    end = argv.index("--") if "--" in argv else len(argv)
+    if not any(w == "--color" or w.startswith("--color=") for w in argv[:end]):
+        return argv
+    command = typer.main.get_command(app)
+    commands = getattr(command, "commands", {})
+    i = 0
+    while i < end and argv[i] not in commands:  # lxcfix's own options: only --color takes a value
+        i += 2 if argv[i] == "--color" else 1
+    if i >= end:
+        return argv
+    opts, moved, rest, j = _options_of(commands[argv[i]]), [], [], i + 1
+    while j < end:
+        w = argv[j]
+        name = w.partition("=")[0]
+        if name == "--color" and name not in opts:
+            take = 1 if "=" in w else 2
+            if j + take > end:
+                raise BadInput("--color needs a value: auto, always or never")
+            moved += argv[j:j + take]
+            j += take
+            continue
+        p = opts.get(name)
+        take = 2 if p is not None and not (p.is_flag or p.count) and "=" not in w else 1
+        rest += argv[j:j + take]
+        j += take
+    return argv[:i] + moved + [argv[i]] + rest + argv[j:]
+
+
 def _repeated(argv: list[str]) -> str | None:
     """The first option that takes one value but is given it twice, different ("--ct 200 --ct
     201" to `apply`), said as an error; None when there is none. Click would keep the last one
@@ -1253,9 +1351,7 @@ def _repeated(argv: list[str]) -> str | None:
         return None
     from .bounded import excerpt
 
-    def options(cmd) -> dict:  # click's, or the copy typer 0.28 carries: read by duck typing
-        return {o: p for p in cmd.params if p.param_type_name == "option" for o in p.opts + p.secondary_opts}
-
+    options = _options_of
     command = typer.main.get_command(app)
     opts, seen = options(command), {}
     words = iter(words)
@@ -1282,7 +1378,9 @@ def _repeated(argv: list[str]) -> str | None:
 def run(argv: list[str] | None = None) -> int:
     """The exit code of one command line: its outcome's, or its error's."""
     try:
-        twice = _repeated(sys.argv[1:] if argv is None else list(argv))
+        _typed["argv"] = sys.argv[1:] if argv is None else list(argv)
+        argv = _color_first(_typed["argv"])
+        twice = _repeated(argv)
         if twice:
             raise BadInput(twice)
         result = app(args=argv, standalone_mode=False)

@@ -62,6 +62,23 @@ class Applied:
         return ExitCode.CLEAN
 
 
+def applied_message(ct: str, reached: str, backup: str | None, not_verified: str | None = None) -> str:
+    """What an apply says it came to: "verified" only when its verify probed the running
+    container; otherwise what was checked, and what was not (the transaction's
+    state["not_verified"]).
+
+        applied_message("200", "verified", "/b/200.conf")  -> "CT 200: applied (verified); backup /b/200.conf"
+        applied_message("200", "checked", "/b/200.conf", "CT 200 is stopped, nothing was probed")
+          -> "CT 200: applied (config re-parsed; not verified: CT 200 is stopped, nothing was probed); backup ..."
+        applied_message("200", "written", "/b/200.conf", "a snapshot, nothing was probed")
+          -> "CT 200: applied (written; not verified: a snapshot, nothing was probed); backup /b/200.conf"
+    """
+    done = "config re-parsed" if reached == "checked" else reached
+    if not_verified or reached != "verified":
+        done += f"; not verified: {not_verified or 'nothing was probed'}"
+    return f"CT {ct}: applied ({done}); backup {backup}"
+
+
 @dataclass(frozen=True)
 class Audited:
     report: Any  # audit.AuditReport

@@ -160,13 +160,28 @@ def check_editable(c: CtReport) -> None:
                        f"it by hand first (lxcfix diagnose --ct {c.ct} lists them); nothing planned")
 
 
-def verifier(target: Target, c: CtReport, extra=None):
+class Verifier:
+    """verify() -> the problems left (a callable, for steps.Verify); unchecked() -> why the last
+    verify probed nothing (the container is stopped: only the config was re-parsed), or None."""
+
+    def __init__(self, verify, ct: str, seen: dict):
+        self._verify, self._ct, self._seen = verify, ct, seen
+
+    def __call__(self) -> list[Finding]:
+        return self._verify()
+
+    def unchecked(self) -> str | None:
+        return None if self._seen.get("probed") else f"CT {self._ct} is stopped, nothing was probed"
+
+
+def verifier(target: Target, c: CtReport, extra=None) -> Verifier:
     """After the change: the file on disk is the planned one, and the container,
     probed inside with its running device program read, shows none of the
     problems the plan was for, judged against the planned config (no second
     plan: the planner already checked that planning its result finds nothing).
     Devices missing on the host (LXF112) cannot be fixed by a config change and
-    do not fail the verify. extra(): more problems (the live path's init PID)."""
+    do not fail the verify. extra(): more problems (the live path's init PID).
+    A stopped container is only re-parsed: Verifier.unchecked() says so."""
     from .observe import ProbeFailed, observe
     from .transaction import read_file, wait_until
 
@@ -177,9 +192,11 @@ def verifier(target: Target, c: CtReport, extra=None):
     # "fixed" codes fail it on the nodes whose fix of that kind the plan made (group access).
     fixed = codes.fixed_devices(c.findings)
     path = target.local_path(c.plan.path)
+    seen = {"probed": False}
 
     def problems() -> list[Finding]:
         found: list[Finding] = []
+        seen["probed"] = False
         try:
             on_disk = read_file(path)
         except OSError as e:
@@ -202,6 +219,7 @@ def verifier(target: Target, c: CtReport, extra=None):
                 return found + [codes.make("LXF301", c.ct, f"cannot look inside CT {c.ct}: "
                                            f"{type(e).__name__}: {e}", host=c.host)]
             ctx = replace(planned, probe=probe, live=live)
+            seen["probed"] = True
         found += [f for f in run_rules(ctx) if codes.must_be_absent(f, fixed)
                   and (f.device is None or f.device not in absent)]
         return found + (extra() if extra is not None else [])
@@ -216,7 +234,7 @@ def verifier(target: Target, c: CtReport, extra=None):
         wait_until(settled, timeout=10.0, interval=0.2)  # bind mounts and nodes can trail 'running'
         return list(last)
 
-    return verify
+    return Verifier(verify, c.ct, seen)
 
 
 def applier(target: Target, ct: str) -> "Applier":
@@ -252,11 +270,18 @@ def apply_transaction(target: Target, c: CtReport, facts: HostFacts | None = Non
             return [codes.make("LXF301", c.ct, f"init PID changed ({pid} -> {now}): the container "
                                "restarted during a live apply", host=c.host)]
 
-        return applier(target, c.ct).transaction(c.plan, restart=False, live=ops,
-                                                 verify=verifier(target, c, pid_unchanged))
+        check = verifier(target, c, pid_unchanged)
+        return applier(target, c.ct).transaction(c.plan, restart=False, live=ops, verify=check,
+                                                 unchecked=check.unchecked)
     restart = restart and target.live
-    return applier(target, c.ct).transaction(c.plan, restart=restart,
-                                             verify=verifier(target, c) if restart else None)
+    check = verifier(target, c) if restart else None
+    tx = applier(target, c.ct).transaction(c.plan, restart=restart, verify=check,
+                                           unchecked=check.unchecked if check is not None else None)
+    if check is None:  # what the apply's message says instead of "verified" (outcome.applied_message)
+        tx.state["not_verified"] = ("a snapshot, nothing was probed" if not target.live else
+                                    f"--no-restart, nothing was probed; CT {c.ct} gets the new config at its "
+                                    "next start")
+    return tx
 
 
 def apply_plan(target: Target, c: CtReport, facts: HostFacts | None = None, style: str = "auto",

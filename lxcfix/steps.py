@@ -456,6 +456,9 @@ class Verify(Step):
     event: str | None = None
     reached: str | None = "verified"
     checkpoint: str | None = "verified"
+    # unchecked() after problems(): why nothing was probed ("CT 200 is stopped, nothing was
+    # probed"), or None. Then the run reached "checked", not "verified": tx.state["not_verified"].
+    unchecked: Callable[[], str | None] | None = None
     _result: dict = field(default_factory=dict, repr=False)
     changes = False
 
@@ -467,6 +470,10 @@ class Verify(Step):
         self._result["problems"] = [p if isinstance(p, str) else f"{p.code} {p.message}" for p in problems]
         if problems:
             raise ApplyFailed("verify failed: " + "; ".join(self._result["problems"]))
+        why = self.unchecked() if self.unchecked is not None else None
+        if why:
+            self.reached = "checked"
+            tx.state["not_verified"] = why
 
     def fields(self, tx) -> dict:
         return dict(self._result)

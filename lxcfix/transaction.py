@@ -252,7 +252,8 @@ class Transaction(Step):
         except StateError as e:
             raise StateError(f"{self.what} is done ({self.reached or 'written'}), and stays: only its last "
                              f"journal line could not be written ({e})") from None
-        return TxResult(self.reached or "written", self.state, any(isinstance(s, Verify) for s in self.done))
+        verified = any(isinstance(s, Verify) for s in self.done) and not self.state.get("not_verified")
+        return TxResult(self.reached or "written", self.state, verified)
 
     def _release(self) -> None:
         for s in reversed(self.steps):

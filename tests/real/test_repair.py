@@ -249,3 +249,29 @@ def test_rollback_goes_back_one_change_at_a_time_and_says_when_it_restarts(conta
     assert r.stdout.rstrip().endswith(f"CT {c.name} not restarted (--no-restart): it runs with its previous "
                                       "config until it restarts")
     assert c.init_pid() == pid and harness.open_errno(c, "/dev/net/tun") == "ok"
+
+
+def test_a_stopped_container_is_never_verified(container_factory, tun, env):
+    """An apply that probed nothing says what it checked and what not, never "verified": on a
+    stopped container the config is written and re-parsed; with --no-restart it is written."""
+    c = container_factory([TUN_MOUNT], start=False)
+    assert not c.running()
+    r = lxcfix(env, "apply", "--ct", c.name, "--yes")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (f"CT {c.name}: applied (config re-parsed; not verified: CT {c.name} is stopped, nothing was "
+            "probed); backup ") in r.stdout
+    assert "verified" not in r.stdout.replace("not verified", "")
+    journal = [json.loads(l) for l in (Path(env["LXCFIX_STATE_DIR"]) / "journal.jsonl").read_text().splitlines()]
+    assert journal[-1]["event"] == "done" and journal[-1]["step"] == "checked"
+    assert not c.running()  # a stopped container stays stopped
+    c.start()  # what was written is right: it runs with the rule now
+    assert c.bpf_attached() and harness.open_errno(c, "/dev/net/tun") == "ok"
+
+    running = container_factory([TUN_MOUNT])
+    assert running.bpf_attached()
+    r = lxcfix(env, "apply", "--ct", running.name, "--yes", "--no-restart")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (f"CT {running.name}: applied (written; not verified: --no-restart, nothing was probed; CT "
+            f"{running.name} gets the new config at its next start); backup ") in r.stdout
+    assert "verified" not in r.stdout.replace("not verified", "")
+    assert harness.open_errno(running, "/dev/net/tun") == "EPERM"  # indeed: it runs the old config
