@@ -128,3 +128,46 @@ def test_a_stopped_containers_zfs_dataset_is_read_where_it_is_mounted(pve, env, 
         assert "LXF230" in found and "LXF236" not in found, found
     finally:
         subprocess.run(["umount", str(dataset)], check=True)
+
+
+@pytest.fixture
+def block_volume(pve, tmp_path):
+    """`local-lvm:vm-VMID-disk-0` as LvmThinPlugin's path() names it, /dev/VG/NAME, a real block
+    device: this kernel has no device-mapper (no thin pool can be made here), so the VG is a
+    tmpfs over /dev/shm in the tests' private mount namespace ("shm") holding a node of a real
+    loop device whose image is an ext4 file system. Detached and unmounted at teardown, always."""
+    vmid = pve.new_vmid()
+    img = str(tmp_path / "lv.img")
+    r = subprocess.run(["mkfs.ext4", "-q", "-F", "-d", _tree(tmp_path / "tree"), img, "16M"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    loop = subprocess.run(["losetup", "-f", "--show", "-r", img], capture_output=True, text=True)
+    assert loop.returncode == 0, loop.stderr
+    dev = loop.stdout.strip()
+    mounted = []
+    try:
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,mode=0755", "lxf-vg", "/dev/shm"], check=True)
+        mounted.append("/dev/shm")
+        st = os.stat(dev)
+        os.mknod(f"/dev/shm/vm-{vmid}-disk-0", 0o600 | 0o060000, st.st_rdev)
+        _storage(pve, "lvmthin: local-lvm\n\tthinpool data\n\tvgname shm\n\tcontent rootdir,images\n")
+        yield vmid, dev, mounted
+    finally:
+        for m in reversed(mounted):
+            subprocess.run(["umount", m])
+        subprocess.run(["losetup", "-d", dev])
+
+
+def test_a_stopped_containers_lvm_volume_is_mounted_read_only_and_in_use_is_said(block_volume, pve, env, tmp_path):
+    vmid, dev, mounted = block_volume
+    _conf(pve, vmid, f"local-lvm:vm-{vmid}-disk-0,size=16M")
+    e = {**env, **pve.env()}
+    found = _rootfs_findings(e, vmid)
+    assert "LXF230" in found and "LXF236" not in found, found
+    assert not any(dev in line.split(" ")[:1] for line in open("/proc/self/mounts"))  # nothing left mounted
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    subprocess.run(["mount", "-o", "ro,noload", dev, str(elsewhere)], check=True)
+    mounted.append(str(elsewhere))
+    found = _rootfs_findings(e, vmid)
+    assert f"is in use: mounted at {elsewhere}" in found["LXF236"]["message"], found
