@@ -24,9 +24,9 @@ from .errors import BadInput, ExitCode, LxcfixError, Unreachable
 from .gather import host_facts
 from .model import CtReport, HostReport
 from .rules.access import MAP_GROUP, checked_map_group
-from .outcome import Applied, Audited, Hooked, Planned, Rolled, Scanned, Shown
+from .outcome import Applied, Audited, Hooked, Planned, Preflighted, Rolled, Scanned, Shown
 
-OUTCOMES = (Applied, Audited, Hooked, Planned, Rolled, Scanned, Shown)
+OUTCOMES = (Applied, Audited, Hooked, Planned, Preflighted, Rolled, Scanned, Shown)
 
 
 class _OnFirstUse:
@@ -795,7 +795,12 @@ def audit(
     inventory: Optional[str] = InventoryOpt,
     host: Optional[List[str]] = HostOpt,
     for_: str = typer.Option("reboot", "--for", metavar="EVENT",
-                             help="reboot, driver-upgrade, kernel-upgrade, lxc-upgrade (LXC 7) or pve-upgrade (8 -> 9)"),
+                             help="reboot, driver-upgrade, kernel-upgrade, lxc-upgrade (LXC 7), pve-upgrade (8 -> 9), "
+                                  "migrate (--ct, --to) or ha (--ct)"),
+    ct: Optional[str] = typer.Option(None, "--ct", metavar="VMID", help="--for migrate|ha: the container."),
+    to: Optional[List[str]] = typer.Option(None, "--to", metavar="NODE", help="--for migrate: the node it moves to."),
+    to_root: Optional[List[str]] = typer.Option(None, "--to-root", metavar="[NODE=]DIR",
+                                                help="--for migrate|ha: a snapshot of that node instead of SSH to it."),
     to_driver: Optional[str] = typer.Option(None, "--to-driver", metavar="VERSION",
                                             help="NVIDIA version the upgrade installs."),
     to_kernel: Optional[str] = typer.Option(
@@ -815,6 +820,8 @@ def audit(
     """What breaks on the next reboot, driver, kernel, LXC or Proxmox VE upgrade, and the exact change that prevents it."""
     from . import audit as audit_mod, hostfix
 
+    if for_ in ("migrate", "ha") or ct is not None or to or to_root:
+        return _preflight(for_, root, host, ct, list(to or ()), list(to_root or ()), as_json or fmt == "json")
     if for_ not in audit_mod.FOR:
         raise BadInput(f"unknown --for {for_!r}: use {', '.join(audit_mod.FOR)}")
     if to_kernel is not None and (for_ != "kernel-upgrade" or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+~-]{0,63}",
@@ -858,6 +865,48 @@ def audit(
     else:
         _print_audit(result, for_, verbose, reaches)
     return Audited(result)
+
+
+def _preflight(for_: str, root, host, ct, to: list[str], to_root: list[str], as_json: bool) -> Preflighted:
+    """audit --for migrate|ha: would CT's devices work on that node (lxcfix.migrate)."""
+    from . import migrate
+
+    if for_ not in ("migrate", "ha") or ct is None:
+        raise BadInput("--ct, --to and --to-root go with --for migrate (--ct VMID --to NODE) or --for ha (--ct VMID)")
+    if for_ == "migrate" and len(to) != 1:
+        raise BadInput("--for migrate: one --to NODE")
+    if for_ == "ha" and to:
+        raise BadInput("--for ha: the nodes come from the HA group or rules; no --to")
+    roots: dict[str, str] = {}
+    for item in to_root:
+        node, sep, d = item.partition("=")
+        if not sep:
+            if len(to) != 1:
+                raise BadInput(f"--to-root {item}: NODE=DIR (a plain DIR only with one --to NODE)")
+            node, d = to[0], item
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9.\-]{0,62}", node) or not os.path.isdir(d):
+            raise BadInput(f"--to-root {item}: NODE=DIR, a node name and a snapshot directory")
+        roots[node] = d
+    result = migrate.run(repair.open_target(root, host), ct, for_, to, roots)
+    if as_json:
+        _json(result.to_json())
+        return Preflighted(result)
+    say(f"{for_} preflight of CT {ct} from {result.source}: "
+        + (f"can run on {', '.join(result.can_run_on)}" if result.can_run_on else "no node checked can run it"), "bold")
+    for n in result.notes:
+        say(f"  {n}", "dim")
+    for v in result.verdicts:
+        say(f"{v.node}: " + ("ok" if v.ok else v.error or f"{len(v.issues)} problem(s)"),
+            "green" if v.ok else "bold red")
+        for i in v.issues:
+            say(f"  {i.why} [{i.code}]")
+            if i.fix:
+                say(f"    fix: {i.fix}", "dim")
+            for c in i.commands:
+                say(f"    {c}", "dim")
+        for n in v.notes:
+            say(f"  note: {n}", "dim")
+    return Preflighted(result)
 
 
 def _print_audit(result, for_: str, verbose: bool = False, reaches: dict | None = None) -> None:

@@ -42,7 +42,7 @@ from typing import Mapping
 from .bounded import excerpt
 
 MAX_SECTIONS = 4096
-_HEADER = re.compile(r"([a-z][a-z0-9_]{0,31}):\s+([A-Za-z][A-Za-z0-9_.\-]{0,63})\s*")
+_HEADER = re.compile(r"([a-z][a-z0-9_\-]{0,31}):\s+([A-Za-z0-9][A-Za-z0-9_.:\-]{0,63})\s*")
 _OPTION = re.compile(r"[ \t]+([a-z][a-z0-9_\-]{0,63})(?:[ \t]+(.*?))?[ \t]*")
 # PVE::Storage::parse_volume_id
 _VOLID = re.compile(r"([a-z][a-z0-9_.\-]*[a-z0-9]):(.+)")
@@ -87,10 +87,11 @@ class Volume:
     why: str = ""
 
 
-def parse(text: str) -> StorageCfg:
-    """storage.cfg, totally: every line is a header, an option, blank, a comment, or listed in
-    `bad` (never raised). An option before any header is bad; a second section with an ID
-    already seen is bad (SectionConfig warns and keeps the first)."""
+def sections(text: str) -> tuple[tuple[Store, ...], tuple[str, ...]]:
+    """Any of Proxmox's section config files (storage.cfg, ha/groups.cfg, ha/resources.cfg,
+    ha/rules.cfg), totally: every line is a header, an option, blank, a comment, or listed in
+    the second item (never raised). An option before any header is bad; a second section with
+    an ID already seen is bad (SectionConfig warns and keeps the first)."""
     stores: dict[str, Store] = {}
     bad: list[str] = []
     current: tuple[str, str, dict] | None = None
@@ -109,7 +110,7 @@ def parse(text: str) -> StorageCfg:
         if m:
             close()
             if m.group(2) in stores:
-                bad.append(f"line {n}: storage {m.group(2)} defined twice")
+                bad.append(f"line {n}: section {m.group(2)} defined twice")
                 current = None
                 continue
             current = (m.group(1), m.group(2), {})
@@ -120,9 +121,16 @@ def parse(text: str) -> StorageCfg:
             continue
         bad.append(f"line {n}: {excerpt(line, 60)}")
     close()
+    return tuple(stores.values()), tuple(bad[:16])
+
+
+def parse(text: str) -> StorageCfg:
+    """storage.cfg (sections()); `local` added when missing, as Plugin.pm's parse_config does."""
+    found, bad = sections(text)
+    stores = {s.id: s for s in found}
     if "local" not in stores:
         stores["local"] = Store("dir", "local", {"path": "/var/lib/vz"})
-    return StorageCfg(stores, tuple(bad[:16]))
+    return StorageCfg(stores, bad)
 
 
 def volume_of(rootfs: str) -> tuple[str, str] | None:
