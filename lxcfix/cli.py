@@ -821,7 +821,8 @@ def audit(
     from . import audit as audit_mod, hostfix
 
     if for_ in ("migrate", "ha") or ct is not None or to or to_root:
-        return _preflight(for_, root, host, ct, list(to or ()), list(to_root or ()), as_json or fmt == "json")
+        return _preflight(for_, root, host, ct, list(to or ()), list(to_root or ()), as_json or fmt == "json",
+                          dict(known_hosts=known_hosts, accept_new=accept_new, ssh_config=ssh_config))
     if for_ not in audit_mod.FOR:
         raise BadInput(f"unknown --for {for_!r}: use {', '.join(audit_mod.FOR)}")
     if to_kernel is not None and (for_ != "kernel-upgrade" or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+~-]{0,63}",
@@ -867,7 +868,8 @@ def audit(
     return Audited(result)
 
 
-def _preflight(for_: str, root, host, ct, to: list[str], to_root: list[str], as_json: bool) -> Preflighted:
+def _preflight(for_: str, root, host, ct, to: list[str], to_root: list[str], as_json: bool,
+               ssh_flags: dict | None = None) -> Preflighted:
     """audit --for migrate|ha: would CT's devices work on that node (lxcfix.migrate)."""
     from . import migrate
 
@@ -887,7 +889,12 @@ def _preflight(for_: str, root, host, ct, to: list[str], to_root: list[str], as_
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9.\-]{0,62}", node) or not os.path.isdir(d):
             raise BadInput(f"--to-root {item}: NODE=DIR, a node name and a snapshot directory")
         roots[node] = d
-    result = migrate.run(repair.open_target(root, host), ct, for_, to, roots)
+    options = None
+    if ssh_flags and (ssh_flags.get("known_hosts") or ssh_flags.get("ssh_config") or ssh_flags.get("accept_new")):
+        from .ssh import SshOptions
+
+        options = SshOptions.from_cli(**ssh_flags).check()  # else the cluster's known_hosts, strictly
+    result = migrate.run(repair.open_target(root, host), ct, for_, to, roots, options)
     if as_json:
         _json(result.to_json())
         return Preflighted(result)

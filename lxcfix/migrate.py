@@ -27,7 +27,7 @@ def cluster_members(t, backend) -> tuple[cluster.Member, ...]:
         cluster.corosync_nodes(_text(t, f"{backend.pve_dir}/corosync.conf"))
 
 
-def open_node(name: str, roots: dict, members, ssh_options=None):
+def open_node(name: str, roots: dict, members, ssh_options=None, known_hosts: str = "/etc/pve/priv/known_hosts"):
     """(transport, backend) of another node: its snapshot, or SSH to it (module docstring)."""
     from .repair import open_target
 
@@ -38,7 +38,12 @@ def open_node(name: str, roots: dict, members, ssh_options=None):
     from .ssh import Ssh, SshOptions
 
     ip = next((m.ip for m in members if m.name == name and m.ip), None)
-    opts = ssh_options or SshOptions(known_hosts="/etc/pve/priv/known_hosts").check()
+    if ssh_options is None:
+        opts = SshOptions(known_hosts=known_hosts).check()
+    else:  # --ssh-config without --known-hosts: still the cluster's known_hosts
+        from dataclasses import replace
+
+        opts = replace(ssh_options, known_hosts=ssh_options.known_hosts or known_hosts)
     t = Ssh(name, hostname=ip or name, user="root", options=opts)
     t.connect()
     return t, Proxmox()
@@ -93,9 +98,14 @@ def run(target, ct: str, event: str, nodes: list[str], roots: dict, ssh_options=
     loaded = gather.load_container(t, backend, ct)
     loader = gather.include_loader(t)
     verdicts = []
+    try:  # the cluster's own known_hosts (pmxcfs: every node's key), where this node's /etc/pve is
+        known = t.local_path(f"{backend.pve_dir}/priv/known_hosts") if t.local else "/etc/pve/priv/known_hosts"
+    except OSError:
+        known = "/etc/pve/priv/known_hosts"
     for name in nodes:
+        nt = None
         try:
-            nt, nb = open_node(name, roots, members, ssh_options)
+            nt, nb = open_node(name, roots, members, ssh_options, known)
         except BadInput:
             raise
         except Exception as e:
@@ -108,7 +118,7 @@ def run(target, ct: str, event: str, nodes: list[str], roots: dict, ssh_options=
             verdicts.append(preflight.NodeVerdict(name, error=f"not checked: {type(e).__name__}: "
                                                   f"{pvestorage.excerpt(str(e), 200)}"))
         finally:
-            if nt is not t:
+            if nt is not None and nt is not t:
                 try:
                     nt.close()
                 except Exception:
