@@ -343,6 +343,7 @@ class FleetRequest:
     ssh_config: str | None = None
     keep_context: bool = False
     upgrade: bool = False  # also the facts a kernel upgrade needs (gather.UPGRADE_ONLY)
+    entries: tuple = ()  # the hosts themselves (scan --cluster: the members), no inventory file
 
 
 def _say_recorded(key) -> None:
@@ -356,7 +357,7 @@ def _fleet(req: FleetRequest, show_progress: bool, reaches: dict | None = None) 
     reaches: filled with each host's causes.Reach (how the commands shown for it get there)."""
     from . import inventory_io
 
-    entries = inventory_io.load_file(req.inventory).select(list(req.hosts))  # bad input first: nothing reached yet
+    entries = list(req.entries) or inventory_io.load_file(req.inventory).select(list(req.hosts))  # bad input first
     if not entries:
         raise BadInput(f"{req.inventory}: no host matches {', '.join(req.hosts) or 'the inventory'}")
     from rich.progress import Progress  # the SSH stack and the progress bar only for an inventory that reads
@@ -408,6 +409,8 @@ def scan(
     style: str = StyleOpt,
     verbose: bool = VerboseOpt,
     inner: Optional[str] = InnerOpt,
+    in_cluster: bool = typer.Option(False, "--cluster", help="This node and every other member of its Proxmox "
+                                    "VE cluster (/etc/pve/.members), reached as Proxmox reaches them."),
 ) -> Scanned:
     """Diagnose every container on a host, snapshot or inventory of hosts, and show what to fix."""
     if fmt not in ("table", "json", "prometheus"):
@@ -416,7 +419,21 @@ def scan(
         raise BadInput("--json and --format prometheus: one or the other")
     fmt = "json" if as_json else fmt
     reaches: dict = {}
-    if inventory is not None:
+    if in_cluster:
+        if inventory is not None or inner is not None:
+            raise BadInput("--cluster scans the members of this node's cluster: not with --inventory or --inner")
+        from . import migrate
+
+        target = repair.open_target(root, host)
+        this, members = migrate.cluster_entries(target.transport, target.backend)
+        here = repair.scan(target, ct, style, probe=not no_probe, diffs=fmt == "json")
+        hosts = [dataclasses.replace(here, host=this or here.host)]
+        reaches = {hosts[0].host: _reach(root)}
+        if members:
+            hosts += _fleet(FleetRequest("", (), tuple(ct or ()), not no_probe, style, concurrency, known_hosts,
+                                         accept_new, ssh_config, entries=tuple(members)),
+                            show_progress=fmt == "table", reaches=reaches)
+    elif inventory is not None:
         if root is not None:
             raise BadInput("--inventory and --root: one or the other")
         if inner is not None:

@@ -52,6 +52,16 @@ def members(text: str) -> tuple[Member, ...]:
     return tuple(sorted(out, key=lambda m: m.name))
 
 
+def this_node(text: str) -> str | None:
+    """The node whose pmxcfs wrote /etc/pve/.members ("nodename"), when it names one."""
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return None
+    name = doc.get("nodename") if isinstance(doc, dict) else None
+    return name if isinstance(name, str) and _NAME.fullmatch(name) else None
+
+
 def corosync_nodes(text: str) -> tuple[Member, ...]:
     """The `node { name: ...; ring0_addr: ... }` blocks of corosync.conf's nodelist."""
     out = []

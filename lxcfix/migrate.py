@@ -27,6 +27,25 @@ def cluster_members(t, backend) -> tuple[cluster.Member, ...]:
         cluster.corosync_nodes(_text(t, f"{backend.pve_dir}/corosync.conf"))
 
 
+def cluster_entries(t, backend) -> tuple[str | None, list]:
+    """(this node's name, an inventory entry for each other member): root at the member's
+    address, host keys checked against the cluster's known_hosts (read, never written). No
+    members (not a cluster, pmxcfs not mounted): bad input, one line."""
+    from .inventory import HostEntry
+
+    found = cluster_members(t, backend)
+    if not found:
+        raise BadInput(f"--cluster: no cluster members in {backend.pve_dir}/.members or {backend.pve_dir}/corosync.conf "
+                       "(not a Proxmox VE cluster node?)")
+    this = cluster.this_node(_text(t, f"{backend.pve_dir}/.members"))
+    try:
+        known = t.local_path(f"{backend.pve_dir}/priv/known_hosts") if t.local else "/etc/pve/priv/known_hosts"
+    except OSError:
+        known = "/etc/pve/priv/known_hosts"
+    return this, [HostEntry(m.name, address=m.ip, user="root", known_hosts=known)
+                  for m in found if m.name != this]
+
+
 def open_node(name: str, roots: dict, members, ssh_options=None, known_hosts: str = "/etc/pve/priv/known_hosts"):
     """(transport, backend) of another node: its snapshot, or SSH to it (module docstring)."""
     from .repair import open_target
