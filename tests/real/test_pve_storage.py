@@ -171,3 +171,29 @@ def test_a_stopped_containers_lvm_volume_is_mounted_read_only_and_in_use_is_said
     mounted.append(str(elsewhere))
     found = _rootfs_findings(e, vmid)
     assert f"is in use: mounted at {elsewhere}" in found["LXF236"]["message"], found
+
+
+def test_the_stand_ins_pct_mount_agrees_with_proxmox_and_lxcfix_reads_the_mounted_root(raw_volume, pve, env):
+    """pct.pm `mount`: check_lock, set_lock 'mounted', mount_all at /var/lib/lxc/VMID/rootfs and
+    its message; `unmount`: umount_all, remove_lock. The raw image is found as Plugin.pm's
+    filesystem_path puts it. While mounted, lxcfix reads the root there (the `lock: mounted` is
+    pct's own, not a reason to skip it)."""
+    vmid, img = raw_volume
+    e = {**env, **pve.env()}
+    root = os.path.join("/var/lib/lxc", vmid, "rootfs")
+    _conf(pve, vmid, f"local:{vmid}/vm-{vmid}-disk-0.raw,size=16M", "lock: backup\n")
+    r = pve.pct("mount", vmid)
+    assert r.rc == 255 and r.stderr.strip() == "CT is locked (backup)" and not os.path.isdir(root)
+    _conf(pve, vmid, f"local:{vmid}/vm-{vmid}-disk-0.raw,size=16M")
+    try:
+        r = pve.pct("mount", vmid)
+        assert r.ok and r.stdout.strip() == f"mounted CT {vmid} in '{root}'", r.stderr
+        assert "lock: mounted" in open(os.path.join(pve.conf_dir, f"{vmid}.conf")).read()
+        assert root in harness.mounts_under(root)
+        found = _rootfs_findings(e, vmid)
+        assert "LXF230" in found and "LXF236" not in found, found
+    finally:
+        r = pve.pct("unmount", vmid)
+        harness.safe_rmtree(os.path.join("/var/lib/lxc", vmid))
+    assert r.ok and "lock:" not in open(os.path.join(pve.conf_dir, f"{vmid}.conf")).read()
+    assert _loops_of(img) == ""
