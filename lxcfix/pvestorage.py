@@ -42,7 +42,7 @@ from typing import Mapping
 from .bounded import excerpt
 
 MAX_SECTIONS = 4096
-_HEADER = re.compile(r"([a-z][a-z0-9_\-]{0,31}):\s+([A-Za-z0-9][A-Za-z0-9_.:\-]{0,63})\s*")
+_HEADER = re.compile(r"([a-z][a-z0-9_\-]{0,31}):[ \t]*([A-Za-z0-9][A-Za-z0-9_.:\-]{0,99})[ \t]*")
 _OPTION = re.compile(r"[ \t]+([a-z][a-z0-9_\-]{0,63})(?:[ \t]+(.*?))?[ \t]*")
 # PVE::Storage::parse_volume_id
 _VOLID = re.compile(r"([a-z][a-z0-9_.\-]*[a-z0-9]):(.+)")
