@@ -811,10 +811,10 @@ def audit(
     root: Optional[str] = RootOpt,
     inventory: Optional[str] = InventoryOpt,
     host: Optional[List[str]] = HostOpt,
+    ct: Optional[List[str]] = typer.Option(None, "--ct", metavar="ID", help="Only these containers."),
     for_: str = typer.Option("reboot", "--for", metavar="EVENT",
                              help="reboot, driver-upgrade, kernel-upgrade, lxc-upgrade (LXC 7), pve-upgrade (8 -> 9), "
                                   "migrate (--ct, --to) or ha (--ct)"),
-    ct: Optional[str] = typer.Option(None, "--ct", metavar="VMID", help="--for migrate|ha: the container."),
     to: Optional[List[str]] = typer.Option(None, "--to", metavar="NODE", help="--for migrate: the node it moves to."),
     to_root: Optional[List[str]] = typer.Option(None, "--to-root", metavar="[NODE=]DIR",
                                                 help="--for migrate|ha: a snapshot of that node instead of SSH to it."),
@@ -837,7 +837,7 @@ def audit(
     """What breaks on the next reboot, driver, kernel, LXC or Proxmox VE upgrade, and the exact change that prevents it."""
     from . import audit as audit_mod, hostfix
 
-    if for_ in ("migrate", "ha") or ct is not None or to or to_root:
+    if for_ in ("migrate", "ha") or to or to_root:
         return _preflight(for_, root, host, ct, list(to or ()), list(to_root or ()), as_json or fmt == "json",
                           dict(known_hosts=known_hosts, accept_new=accept_new, ssh_config=ssh_config))
     if for_ not in audit_mod.FOR:
@@ -890,8 +890,9 @@ def _preflight(for_: str, root, host, ct, to: list[str], to_root: list[str], as_
     """audit --for migrate|ha: would CT's devices work on that node (lxcfix.migrate)."""
     from . import migrate
 
-    if for_ not in ("migrate", "ha") or ct is None:
-        raise BadInput("--ct, --to and --to-root go with --for migrate (--ct VMID --to NODE) or --for ha (--ct VMID)")
+    if for_ not in ("migrate", "ha") or len(ct or ()) != 1:
+        raise BadInput("--to and --to-root go with --for migrate (one --ct VMID --to NODE) or --for ha (one --ct VMID)")
+    (ct,) = ct
     if for_ == "migrate" and len(to) != 1:
         raise BadInput("--for migrate: one --to NODE")
     if for_ == "ha" and to:

@@ -35,7 +35,8 @@ def cluster_entries(t, backend) -> tuple[str | None, list]:
 
     found = cluster_members(t, backend)
     if not found:
-        raise BadInput(f"--cluster: no cluster members in {backend.pve_dir}/.members or {backend.pve_dir}/corosync.conf "
+        raise BadInput(f"--cluster: no cluster members in {backend.pve_dir}/.members or "
+                       f"{backend.pve_dir}/corosync.conf "
                        "(not a Proxmox VE cluster node?)")
     this = cluster.this_node(_text(t, f"{backend.pve_dir}/.members"))
     try:

@@ -87,7 +87,8 @@ def _mount_volume(src):
                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         os.mkdir(where, 0o700)
     except (OSError, subprocess.CalledProcessError) as e:
-        _refuse("no private mount point: %s" % (getattr(e, "stderr", b"") or str(e).encode())[:200].decode("utf-8", "replace"))
+        said = getattr(e, "stderr", b"") or str(e).encode()
+        _refuse("no private mount point: %s" % said[:200].decode("utf-8", "replace"))
     r = subprocess.run(["mount", "-t", fstype, "-o", opts, src, where], stdout=subprocess.DEVNULL,
                        stderr=subprocess.PIPE)
     if r.returncode:

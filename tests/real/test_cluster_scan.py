@@ -35,7 +35,8 @@ def test_scan_cluster_reports_each_member_and_an_unreachable_one_alone(tmp_path)
                                for n, p in (("pve2.lab.invalid", d.port), ("pve3.lab.invalid", closed_port()))))
         r = subprocess.run([sys.executable, "-m", "lxcfix", "scan", "--cluster", "--root", str(src), "--no-probe",
                             "--ssh-config", str(cfg), "--json"], capture_output=True, text=True, timeout=180,
-                           stdin=subprocess.DEVNULL, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": str(tmp_path)})
+                           stdin=subprocess.DEVNULL,
+                           env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": str(tmp_path)})
         doc = json.loads(r.stdout)
         hosts = {h["host"]: h for h in doc["hosts"]}
         assert sorted(hosts) == ["pve1", "pve2", "pve3"], r.stderr

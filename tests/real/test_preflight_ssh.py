@@ -44,7 +44,8 @@ def cluster(tmp_path):
 def _audit(src, cfg, env_home):
     return subprocess.run([sys.executable, "-m", "lxcfix", "audit", "--for", "ha", "--ct", "200", "--root", str(src),
                            "--ssh-config", str(cfg), "--json"], capture_output=True, text=True, timeout=120,
-                          stdin=subprocess.DEVNULL, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": str(env_home)})
+                          stdin=subprocess.DEVNULL,
+                          env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": str(env_home)})
 
 
 def test_ha_preflight_reaches_the_nodes_over_ssh_with_the_clusters_known_hosts(cluster, tmp_path):

@@ -83,7 +83,8 @@ def test_ha_checks_every_node_of_its_group_and_lists_where_it_can_run(tmp_path, 
     ha.mkdir()
     (ha / "resources.cfg").write_text("ct: 200\n\tgroup gpu\n\tstate started\n")
     (ha / "groups.cfg").write_text("group: gpu\n\tnodes pve1:2,pve2,pve3:1\n\trestricted 1\n")
-    (one / "etc/pve/storage.cfg").write_text(STORAGE.replace("lvmthin: local-lvm\n", "lvmthin: local-lvm\n\tshared 1\n"))
+    shared = STORAGE.replace("lvmthin: local-lvm\n", "lvmthin: local-lvm\n\tshared 1\n")
+    (one / "etc/pve/storage.cfg").write_text(shared)
     rc, doc, _ = _audit(capsys, "--for", "ha", "--ct", "200", "--root", str(one),
                         *[f"--to-root={n}={d}" for n, d in roots.items()])
     assert rc == 1
@@ -115,7 +116,8 @@ def test_cluster_members_from_pmxcfs_and_corosync():
 
 @pytest.mark.parametrize("args, says", [
     (["--for", "migrate", "--ct", "200"], "--for migrate: one --to NODE"),
-    (["--for", "reboot", "--ct", "200"], "go with --for migrate"),
+    (["--for", "reboot", "--ct", "200", "--to", "pve2"], "go with --for migrate"),
+    (["--for", "ha"], "one --ct VMID"),
     (["--for", "ha", "--ct", "200", "--to", "pve2"], "no --to"),
     (["--for", "migrate", "--ct", "200", "--to", "pve2", "--to-root", "/nonexistent"], "--to-root /nonexistent"),
 ])
