@@ -25,9 +25,9 @@ from .errors import BadInput, ExitCode, LxcfixError, Unreachable
 from .gather import host_facts
 from .model import CtReport, HostReport
 from .rules.access import MAP_GROUP, checked_map_group
-from .outcome import Applied, Audited, Hooked, Planned, Rolled, Scanned, Shown, applied_message
+from .outcome import Applied, Audited, Hooked, Planned, Preflighted, Rolled, Scanned, Shown, applied_message
 
-OUTCOMES = (Applied, Audited, Hooked, Planned, Rolled, Scanned, Shown)
+OUTCOMES = (Applied, Audited, Hooked, Planned, Preflighted, Rolled, Scanned, Shown)
 
 
 class _OnFirstUse:
@@ -369,6 +369,7 @@ class FleetRequest:
     ssh_config: str | None = None
     keep_context: bool = False
     upgrade: bool = False  # also the facts a kernel upgrade needs (gather.UPGRADE_ONLY)
+    entries: tuple = ()  # the hosts themselves (scan --cluster: the members), no inventory file
 
 
 def _say_recorded(key) -> None:
@@ -382,7 +383,7 @@ def _fleet(req: FleetRequest, show_progress: bool, reaches: dict | None = None) 
     reaches: filled with each host's causes.Reach (how the commands shown for it get there)."""
     from . import inventory_io
 
-    entries = inventory_io.load_file(req.inventory).select(list(req.hosts))  # bad input first: nothing reached yet
+    entries = list(req.entries) or inventory_io.load_file(req.inventory).select(list(req.hosts))  # bad input first
     if not entries:
         raise BadInput(f"{req.inventory}: no host matches {', '.join(req.hosts) or 'the inventory'}")
     from rich.progress import Progress  # the SSH stack and the progress bar only for an inventory that reads
@@ -434,6 +435,8 @@ def scan(
     style: str = StyleOpt,
     verbose: bool = VerboseOpt,
     inner: Optional[str] = InnerOpt,
+    in_cluster: bool = typer.Option(False, "--cluster", help="This node and every other member of its Proxmox "
+                                    "VE cluster (/etc/pve/.members), reached as Proxmox reaches them."),
 ) -> Scanned:
     """Diagnose every container on a host, snapshot or inventory of hosts, and show what to fix."""
     if fmt not in ("table", "json", "prometheus"):
@@ -442,7 +445,21 @@ def scan(
         raise BadInput("--json and --format prometheus: one or the other")
     fmt = "json" if as_json else fmt
     reaches: dict = {}
-    if inventory is not None:
+    if in_cluster:
+        if inventory is not None or inner is not None:
+            raise BadInput("--cluster scans the members of this node's cluster: not with --inventory or --inner")
+        from . import migrate
+
+        target = repair.open_target(root, host)
+        this, members = migrate.cluster_entries(target.transport, target.backend)
+        here = repair.scan(target, ct, style, probe=not no_probe, diffs=fmt == "json")
+        hosts = [dataclasses.replace(here, host=this or here.host)]
+        reaches = {hosts[0].host: _reach(root)}
+        if members:
+            hosts += _fleet(FleetRequest("", (), tuple(ct or ()), not no_probe, style, concurrency, known_hosts,
+                                         accept_new, ssh_config, entries=tuple(members)),
+                            show_progress=fmt == "table", reaches=reaches)
+    elif inventory is not None:
         if root is not None:
             raise BadInput("--inventory and --root: one or the other")
         if inner is not None:
@@ -851,7 +868,11 @@ def audit(
     host: Optional[List[str]] = HostOpt,
     ct: Optional[List[str]] = typer.Option(None, "--ct", metavar="ID", help="Only these containers."),
     for_: str = typer.Option("reboot", "--for", metavar="EVENT",
-                             help="reboot, driver-upgrade, kernel-upgrade, lxc-upgrade (LXC 7) or pve-upgrade (8 -> 9)"),
+                             help="reboot, driver-upgrade, kernel-upgrade, lxc-upgrade (LXC 7), pve-upgrade (8 -> 9), "
+                                  "migrate (--ct, --to) or ha (--ct)"),
+    to: Optional[List[str]] = typer.Option(None, "--to", metavar="NODE", help="--for migrate: the node it moves to."),
+    to_root: Optional[List[str]] = typer.Option(None, "--to-root", metavar="[NODE=]DIR",
+                                                help="--for migrate|ha: a snapshot of that node instead of SSH to it."),
     to_driver: Optional[str] = typer.Option(None, "--to-driver", metavar="VERSION",
                                             help="NVIDIA version the upgrade installs."),
     to_kernel: Optional[str] = typer.Option(
@@ -871,6 +892,9 @@ def audit(
     """What breaks on the next reboot, driver, kernel, LXC or Proxmox VE upgrade, and the exact change that prevents it."""
     from . import audit as audit_mod, hostfix
 
+    if for_ in ("migrate", "ha") or to or to_root:
+        return _preflight(for_, root, host, ct, list(to or ()), list(to_root or ()), as_json or fmt == "json",
+                          dict(known_hosts=known_hosts, accept_new=accept_new, ssh_config=ssh_config))
     if for_ not in audit_mod.FOR:
         raise BadInput(f"unknown --for {for_!r}: use {', '.join(audit_mod.FOR)}")
     if to_kernel is not None and (for_ != "kernel-upgrade" or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+~-]{0,63}",
@@ -938,6 +962,55 @@ def _provenance():
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     return audit_mod.Provenance(date, excerpt(socket.gethostname(), 253), shlex.join(["lxcfix", *_typed["argv"]]),
                                 user)
+
+
+def _preflight(for_: str, root, host, ct, to: list[str], to_root: list[str], as_json: bool,
+               ssh_flags: dict | None = None) -> Preflighted:
+    """audit --for migrate|ha: would CT's devices work on that node (lxcfix.migrate)."""
+    from . import migrate
+
+    if for_ not in ("migrate", "ha") or len(ct or ()) != 1:
+        raise BadInput("--to and --to-root go with --for migrate (one --ct VMID --to NODE) or --for ha (one --ct VMID)")
+    (ct,) = ct
+    if for_ == "migrate" and len(to) != 1:
+        raise BadInput("--for migrate: one --to NODE")
+    if for_ == "ha" and to:
+        raise BadInput("--for ha: the nodes come from the HA group or rules; no --to")
+    roots: dict[str, str] = {}
+    for item in to_root:
+        node, sep, d = item.partition("=")
+        if not sep:
+            if len(to) != 1:
+                raise BadInput(f"--to-root {item}: NODE=DIR (a plain DIR only with one --to NODE)")
+            node, d = to[0], item
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9.\-]{0,62}", node) or not os.path.isdir(d):
+            raise BadInput(f"--to-root {item}: NODE=DIR, a node name and a snapshot directory")
+        roots[node] = d
+    options = None
+    if ssh_flags and (ssh_flags.get("known_hosts") or ssh_flags.get("ssh_config") or ssh_flags.get("accept_new")):
+        from .ssh import SshOptions
+
+        options = SshOptions.from_cli(**ssh_flags).check()  # else the cluster's known_hosts, strictly
+    result = migrate.run(repair.open_target(root, host), ct, for_, to, roots, options)
+    if as_json:
+        _json(result.to_json())
+        return Preflighted(result)
+    say(f"{for_} preflight of CT {ct} from {result.source}: "
+        + (f"can run on {', '.join(result.can_run_on)}" if result.can_run_on else "no node checked can run it"), "bold")
+    for n in result.notes:
+        say(f"  {n}", "dim")
+    for v in result.verdicts:
+        say(f"{v.node}: " + ("ok" if v.ok else v.error or f"{len(v.issues)} problem(s)"),
+            "green" if v.ok else "bold red")
+        for i in v.issues:
+            say(f"  {i.why} [{i.code}]")
+            if i.fix:
+                say(f"    fix: {i.fix}", "dim")
+            for c in i.commands:
+                say(f"    {c}", "dim")
+        for n in v.notes:
+            say(f"  note: {n}", "dim")
+    return Preflighted(result)
 
 
 def _print_audit(result, for_: str, verbose: bool = False, reaches: dict | None = None) -> None:

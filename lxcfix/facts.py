@@ -365,7 +365,6 @@ def parse_modules_dep(text: str) -> dict[str, str]:
     return out
 
 
-_STORAGE_HEAD = re.compile(r"([a-z][a-z0-9]{0,31}):[ \t]*([A-Za-z][A-Za-z0-9._-]{0,99})[ \t]*")
 # Storage types whose volumes are files under a path (default /mnt/pve/<id> for network ones).
 _PATH_TYPES = {"dir": None, "btrfs": None, "nfs": "/mnt/pve", "cifs": "/mnt/pve", "glusterfs": "/mnt/pve",
                "cephfs": "/mnt/pve"}
@@ -377,18 +376,9 @@ def parse_storage_cfg(text: str) -> dict[str, Storage]:
 
         "dir: local\n\tpath /var/lib/vz\n\tcontent iso,snippets\n"
             -> {"local": Storage("local", "dir", "/var/lib/vz", ("iso", "snippets"))}"""
-    found: list[dict] = []
-    for line in text.split("\n")[:20000]:
-        if not line.strip() or line.lstrip().startswith("#"):
-            continue
-        if line[:1] not in (" ", "\t"):
-            m = _STORAGE_HEAD.fullmatch(line)
-            found.append({"type": m[1], "id": m[2]} if m else {})
-            continue
-        if not found or not found[-1]:
-            continue
-        key, _, value = line.strip().partition(" ")
-        found[-1].setdefault(key, value.strip())
+    from .pvestorage import sections  # the one reading of Proxmox's section config format
+
+    found = [{**st.options, "type": st.type, "id": st.id} for st in sections("\n".join(text.split("\n")[:20000]))[0]]
     out: dict[str, Storage] = {}
     for s in found:
         if not s or s["type"] not in _PATH_TYPES:

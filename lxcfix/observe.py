@@ -243,7 +243,10 @@ def rootfs_root(t: Transport, backend, ct: str, config, running: bool) -> tuple[
         pid = backend.init_pid(t, ct)
         return (f"/proc/{pid}/root", "") if pid is not None else (None, f"CT {ct} runs, but its init's pid is unknown")
     if backend.name == "pve":
-        return f"/var/lib/lxc/{ct}/rootfs", ""
+        vol = _pve_volume(t, backend, ct, config)
+        if vol is None:
+            return f"/var/lib/lxc/{ct}/rootfs", ""
+        return (vol.path, "") if vol.kind != "none" else (None, f"not checked: CT {ct}'s rootfs: {vol.why}")
     value = (config.get("lxc.rootfs.path") or config.get("lxc.rootfs") or "").strip()
     if value.startswith("dir:"):
         value = value[4:]
@@ -251,6 +254,22 @@ def rootfs_root(t: Transport, backend, ct: str, config, running: bool) -> tuple[
         return None, (f"CT {ct} is stopped and its rootfs ({probe_mod.excerpt(value or 'none', 80)}) is not a "
                       "directory on the host")
     return value, ""
+
+
+def _pve_volume(t: Transport, backend, ct: str, config):
+    """A stopped Proxmox container's root volume (volumes.stopped_volume) where lxcfix reads it
+    itself (this machine, a snapshot); None: /var/lib/lxc/VMID/rootfs, where `pct mount` puts it
+    (mounted so: read there), and always on a remote host (the sweep reads only that)."""
+    from . import volumes
+
+    if not t.local:
+        return None
+    try:
+        if t.isdir(f"/var/lib/lxc/{ct}/rootfs/etc"):
+            return None
+    except Exception:
+        pass
+    return volumes.stopped_volume(t, backend, ct, config)
 
 
 def first_exists() -> list[str]:
@@ -294,8 +313,10 @@ def read_rootfs(t: Transport, backend, ct: str, config, running: bool):
     root, why = rootfs_root(t, backend, ct, config, running)
     if root is None:
         return rootfs.Rootfs("not-mounted" if not running else "unreadable", why=why)
+    vol = _pve_volume(t, backend, ct, config) if backend.name == "pve" and not running else None
+    mount = vol is not None and vol.kind in ("image", "block")
     here = root
-    if t.local:
+    if t.local and not mount:
         try:  # a snapshot's container root lies inside the snapshot: a link out of it is not followed
             here = t.local_path(root)
         except Exception as e:
@@ -304,12 +325,17 @@ def read_rootfs(t: Transport, backend, ct: str, config, running: bool):
     files, exists = list(rootfs.FILES), first_exists()
     # the package databases only where the reader runs in this process: their own cap
     # (megabytes) would not fit one command's output
-    caps = {path: rootfs.PKG_MAX for path in rootfs.PACKAGE_DBS} if t.local else {}
+    caps = {path: rootfs.PKG_MAX for path in rootfs.PACKAGE_DBS} if t.local and not mount else {}
     files += list(caps)
     timeout = container_timeout()
     for attempt in range(2):  # a second round for the runtimes daemon.json names
         try:
-            if t.local:
+            if mount:
+                from . import volumes
+
+                r = t.run(volumes.mount_argv(vol, python_of(t), timeout, files, exists), timeout=timeout + 15,
+                          max_output=8 * rootfs.FILE_MAX * 2)
+            elif t.local:
                 fenced = in_process(fence.rootfs_command(), "lxcfix_rootfs_reader")["fenced"]
                 r = Result(*fenced(here, rootfs.FILE_MAX, files, exists, caps, timeout))
             else:

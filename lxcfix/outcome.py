@@ -99,6 +99,20 @@ RUN_EXIT = {"applied": 0, "nothing-to-do": 0, "restored": 0, "skipped": 0, "not-
 
 
 @dataclass(frozen=True)
+class Preflighted:
+    """audit --for migrate|ha: 1 when a node checked would break the container, 3 when a node
+    could not be checked (and none breaks it), 0 when every node can run it."""
+
+    report: Any  # preflight.Preflight
+
+    @property
+    def exit_code(self) -> int:
+        if any(v.issues for v in self.report.verdicts):
+            return ExitCode.PENDING
+        return ExitCode.UNREACHABLE if any(v.error for v in self.report.verdicts) else ExitCode.CLEAN
+
+
+@dataclass(frozen=True)
 class Rolled:
     """A change run on many hosts, or many containers (fleetapply.HostRun each): the worst
     host's exit code, each host's from its status (an unreachable host's from the error the
