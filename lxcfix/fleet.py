@@ -72,7 +72,7 @@ class SshConnector:
         if max_sessions is not None:
             options = replace(options, max_sessions=max_sessions)
         return Ssh(name, key_files=[entry.key_file] if entry.key_file else [], options=options,
-                   known_hosts_extra=(entry.known_hosts,) if entry.known_hosts else (), **kw)
+                   known_hosts_extra=(entry.known_hosts,) if entry.known_hosts else (), python=entry.python, **kw)
 
     def __call__(self, entry: HostEntry) -> Transport:
         if entry.connection == "local":

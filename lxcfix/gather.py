@@ -22,7 +22,7 @@ from .errors import FactsFailed
 from .model import LXC_NAME, VMID, DeviceNode, HostFacts, KernelTree, Storage
 from .transport import OutsideRoot
 from .rules import Context
-from .transport import Transport, env_path
+from .transport import Transport, env_path, python_of
 
 if TYPE_CHECKING:
     from . import sweep  # loaded only where a sweep is built
@@ -372,14 +372,15 @@ def run_sweep(t: Transport, request: "sweep.Request", timeout: float = 120) -> "
 
     nonce = sweep.nonce()
     # the script and its request through stdin: the command line stays a few hundred bytes
-    result = t.run(sweep.argv(request), input=sweep.stdin(request, nonce), timeout=timeout,
+    python = python_of(t)
+    result = t.run(sweep.argv(request, python), input=sweep.stdin(request, nonce), timeout=timeout,
                    max_output=sweep.MAX_WIRE)
     answers = sweep.parse(result.stdout.encode("utf-8", "surrogateescape"), nonce)
     if answers.garbage and not answers.done and not answers.files and not answers.runs:
         answers.garbage = f"{answers.garbage}; exit {result.rc}: {result.tail()}"
-    # the reader ran in-process there; lxcfix would run it as `python3 -c READER <cgroup>`
+    # the reader ran in-process there; lxcfix would run it as `PYTHON -c READER <cgroup>`
     for argv in [a for a in answers.runs if a[:3] == ("python3", "-c", "READER")]:
-        answers.runs[("python3", "-c", bpf.READER, *argv[3:])] = answers.runs.pop(argv)
+        answers.runs[(python, "-c", bpf.READER, *argv[3:])] = answers.runs.pop(argv)
     return answers
 
 

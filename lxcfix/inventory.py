@@ -73,7 +73,7 @@ from typing import Any
 
 import yaml
 
-from .model import LXC_NAME, VMID
+from .model import HOST_PYTHON, LXC_NAME, VMID
 from .errors import BadInput
 
 # ----------------------------------------------------------------- data
@@ -115,6 +115,7 @@ class HostEntry:
     groups: tuple[str, ...] = ()
     vars: Mapping[str, Any] = field(default_factory=dict)
     source: str = ""  # "file:line" (JSON: "file: place") where the host is first named
+    python: str = HOST_PYTHON  # what lxcfix's helpers run with there: remote_python()
 
     @property
     def destination(self) -> str:
@@ -298,6 +299,17 @@ LXCFIX_KEYS = tuple(k for k in VALIDATORS if k.startswith("lxcfix_"))
 # The Ansible collection's playbook variables (ansible_collections/lxcfix/lxcfix/playbooks): an inventory
 # may set them for the collection; the command line accepts them and does not read them.
 COLLECTION_KEYS = ("lxcfix_python", "lxcfix_hosts", "lxcfix_style", "lxcfix_live", "lxcfix_serial")
+
+
+def remote_python(value: Any) -> str:
+    """The interpreter lxcfix's helpers (the sweep, the readers, the agent) run with on a host:
+    its ansible_python_interpreter when that is an absolute path ("/opt/py/bin/python3.12"),
+    else HOST_PYTHON: unset, Ansible's own discovery ("auto", "auto_silent", ...), a template
+    ("{{ ... }}") or a bare name, which a remote PATH would decide."""
+    if isinstance(value, str) and value.startswith("/") and len(value) <= 4096 \
+            and not any(c in value for c in "\n\0{}"):
+        return value
+    return HOST_PYTHON
 
 
 def check_var(name: str, value: Any, err: Err) -> Any:
@@ -614,6 +626,7 @@ class _Tree:
             groups=tuple(groups),
             vars=v,
             source=self.w.at(h.loc),
+            python=remote_python(v.get("ansible_python_interpreter")),
         )
 
 

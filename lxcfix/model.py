@@ -33,6 +33,11 @@ VMID = re.compile(r"^[1-9][0-9]{2,8}$")
 LXC_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
 
 
+# The interpreter lxcfix's helper processes run with on a remote host, unless its inventory entry
+# names one (ansible_python_interpreter): a path, never `python3` looked up on a PATH.
+HOST_PYTHON = "/usr/bin/python3"
+
+
 @dataclass(frozen=True)
 class Result:
     """What a command did: a failed command is data, not an exception.

@@ -20,9 +20,9 @@ from .bpf import READER, READER_LIB, ReaderOutput, _bpftool_insns, effective_of,
 from .devices import LiveAllowlist
 from .effective import Effective
 from .errors import Unreachable
-from .model import ProbeResult
+from .model import HOST_PYTHON, ProbeResult, Result
 from .rules.live import Live
-from .transport import Transport, container_output_max, container_timeout
+from .transport import Transport, container_output_max, container_timeout, python_of
 
 
 
@@ -166,7 +166,7 @@ def read_programs(transport: Transport, cgroup_path: str) -> ReaderOutput:
     if transport.local:  # the BPF syscalls can be made from this process
         out, r = read_here(cgroup_path), None
     else:
-        r = transport.run(["python3", "-c", READER, cgroup_path], timeout=30)
+        r = transport.run([python_of(transport), "-c", READER, cgroup_path], timeout=30)
         out = parse_reader(r.stdout)
     if out.status in ("progs", "none"):
         return out
@@ -261,12 +261,16 @@ def first_exists() -> list[str]:
     return [*rootfs.ENGINES, "/etc/passwd", "/etc/os-release"]
 
 
-def reader_argv(root: str, files, exists) -> list[str]:
-    """The rootfs reader as a command on a host that is not this machine (answered in the sweep's
-    own process when the scan asked for it: sweep.Request.rootfs)."""
-    from . import rootfs
+def reader_argv(root: str, files, exists, python: str = HOST_PYTHON, timeout: float | None = None) -> list[str]:
+    """The rootfs reader as a command on a host that is not this machine, run by `python` (the
+    host's: transport.python_of), each path read in a child killed after `timeout` seconds
+    (container_timeout()); answered in the sweep's own process when the scan asked for it
+    (sweep.Request.rootfs)."""
+    from . import fence, rootfs
 
-    return ["python3", "-c", rootfs.READER, root, str(rootfs.FILE_MAX), str(len(files)), *files, *exists]
+    timeout = container_timeout() if timeout is None else timeout
+    return [python, "-c", fence.rootfs_command(), f"{timeout:g}", root, str(rootfs.FILE_MAX), str(len(files)),
+            *files, *exists]
 
 
 def rootfs_ask(t: Transport, backend, ct: str, config, running: bool) -> list[str] | None:
@@ -275,14 +279,17 @@ def rootfs_ask(t: Transport, backend, ct: str, config, running: bool) -> list[st
     from . import rootfs
 
     root, _ = rootfs_root(t, backend, ct, config, running)
-    return None if root is None else reader_argv(root, list(rootfs.FILES), first_exists())
+    return None if root is None else reader_argv(root, list(rootfs.FILES), first_exists(), python_of(t))
 
 
 def read_rootfs(t: Transport, backend, ct: str, config, running: bool):
     """The files lxcfix's static checks read (rootfs.FILES) and whether a container engine is
     installed (rootfs.ENGINES), read inside the container's root (rootfs.READER: no symlink
-    followed out of it, regular files only, bounded). Never raises."""
-    from . import rootfs
+    followed out of it, regular files only, bounded), never in this process: in a child killed
+    after container_timeout() seconds (lxcfix.fence; a tenant's FUSE mount that never answers
+    holds that child, not the scan). A read that timed out: "unreadable", its why naming the
+    path ("not checked: reading ... timed out after 30 s"). Never raises."""
+    from . import fence, rootfs
 
     root, why = rootfs_root(t, backend, ct, config, running)
     if root is None:
@@ -299,17 +306,22 @@ def read_rootfs(t: Transport, backend, ct: str, config, running: bool):
     # (megabytes) would not fit one command's output
     caps = {path: rootfs.PKG_MAX for path in rootfs.PACKAGE_DBS} if t.local else {}
     files += list(caps)
+    timeout = container_timeout()
     for attempt in range(2):  # a second round for the runtimes daemon.json names
         try:
             if t.local:
-                report = in_process(rootfs.READER, "lxcfix_rootfs_reader")["report"]
-                text = "\n".join(report(here, rootfs.FILE_MAX, files, exists, caps))
+                fenced = in_process(fence.rootfs_command(), "lxcfix_rootfs_reader")["fenced"]
+                r = Result(*fenced(here, rootfs.FILE_MAX, files, exists, caps, timeout))
             else:
-                r = t.run(reader_argv(root, files, exists), timeout=30, max_output=8 * rootfs.FILE_MAX * 2)
-                if not r.ok:
-                    return rootfs.Rootfs("unreadable", root, why=f"the reader failed (exit {r.rc}): "
-                                         f"{probe_mod.excerpt(r.tail(), 200)}")
-                text = r.stdout
+                r = t.run(reader_argv(root, files, exists, python_of(t), timeout), timeout=timeout + 15,
+                          max_output=8 * rootfs.FILE_MAX * 2)
+            if r.rc == 124 and r.stderr.startswith("not checked: "):
+                why = r.stderr.strip().split("\n")[0]
+                return rootfs.Rootfs("unreadable", root, why=probe_mod.excerpt(why, 400))
+            if not r.ok:
+                return rootfs.Rootfs("unreadable", root, why=f"the reader failed (exit {r.rc}): "
+                                     f"{probe_mod.excerpt(r.tail(), 200)}")
+            text = r.stdout
         except Exception as e:
             return rootfs.Rootfs("unreadable", root, why=f"{type(e).__name__}: {probe_mod.excerpt(str(e), 200)}")
         seen = rootfs.parse_reader(root, text, files, exists, caps)

@@ -188,6 +188,9 @@ def check_doc(doc) -> dict:
 
 def run_agent(transport, request: dict, timeout: float = AGENT_TIMEOUT) -> dict:
     """One exec on the host: the bootstrap, the code and the request on its stdin."""
+    from .transport import python_of
+
     nonce = sweep.nonce()
-    r = transport.run(sweep.argv(), input=stdin(request, nonce), timeout=timeout, max_output=MAX_REPLY)
+    r = transport.run(sweep.argv(None, python_of(transport)), input=stdin(request, nonce), timeout=timeout,
+                      max_output=MAX_REPLY)
     return parse_reply(r.stdout, r.stderr, r.rc, nonce, getattr(transport, "name", "host"))

@@ -84,7 +84,7 @@ import tenacity
 
 from . import memo
 from .errors import BadInput, Unreachable
-from .model import Result
+from .model import HOST_PYTHON, Result
 from .transport import MAX_READ, _Commands, read_regular
 
 DEFAULT_SSH_CONFIG = "~/.ssh/config"
@@ -715,8 +715,9 @@ class Ssh(_Commands):
     def __init__(self, name: str, *, hostname: str | None = None, port: int | None = None,
                  user: str | None = None, key_files: Sequence[str] = (), options: SshOptions = SshOptions(),
                  proxy_argv: Sequence[str] | None = None, jump: Ssh | None = None, use_sftp: bool = False,
-                 known_hosts_extra: Sequence[str] = (), _depth: int = 0):
+                 known_hosts_extra: Sequence[str] = (), python: str = HOST_PYTHON, _depth: int = 0):
         self.name = name
+        self.python = python  # what lxcfix's helpers run with there (transport.python_of)
         self.dest = hostname or name
         self.port = port
         self.user = user

@@ -5,7 +5,7 @@ scan.py sends the sweeps.)
     req = Request(read=["/proc/devices", ...], run=[["lxc-start", "--version"], ...],
                   listdir=["/etc/pve/lxc", ...], walk="/dev", follow_includes=True,
                   live=[LiveAsk(ct="200", status=[...], pid=[...], cgroups=[...])])
-    argv(req) == ["python3", "-c", BOOT]                          # the same few hundred bytes for any host
+    argv(req, "/usr/bin/python3") == ["/usr/bin/python3", "-c", BOOT]   # the same few hundred bytes for any host
     stdin(req, nonce)                                              # the script and its request: the command's input
     answers = parse(stdout_bytes, nonce)
     answers.files["/proc/devices"] == b"Character devices:..."
@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from . import memo
-from .model import Result
+from .model import HOST_PYTHON, Result
 
 MAX_TOTAL = 64 * 1024 * 1024  # a sweep of a big host: configs, /dev, programs
 MAX_WIRE = 32 * 1024 * 1024  # what may come back for it, compressed
@@ -91,8 +91,9 @@ class Request:
     names: dict = field(default_factory=dict)  # {"pve": regex, "lxc": regex}
     live: dict = field(default_factory=dict)  # {"pve": Live, "lxc": Live}
     batch: Sequence[Sequence[str]] = ()
-    # rootfs reader commands (observe.reader_argv: `python3 -c READER ROOT CAP N FILES... EXISTS...`),
-    # answered by running READER's report() in the script's own process: no python3 per container
+    # rootfs reader commands (observe.reader_argv: `PYTHON -c TEXT TIMEOUT ROOT CAP N FILES... EXISTS...`),
+    # answered by the script itself: TEXT's `fenced` reads each container's files in a forked child
+    # killed at min(TIMEOUT, timeout) (lxcfix.fence), no interpreter started per container
     rootfs: Sequence[Sequence[str]] = ()
     timeout: float = 60.0  # per command
     cap: int = 1024 * 1024  # per command's stdout (and stderr)
@@ -490,15 +491,16 @@ BATCH = [[STRINGS[a] if isinstance(a, int) else a for a in argv] for argv in REQ
 pool([(lambda a=a: emit_run(a, T, CAP)) for a in BATCH], N)
 READERS = {}
 def rootfs_run(argv):
-    """A rootfs reader command answered in this process, as `python3 -c READER ...` prints."""
+    """A rootfs reader command answered here, as the command itself prints (its files read in a child
+    of this process, killed at the deadline: lxcfix.fence)."""
     try:
         ns = READERS.get(argv[2])
         if ns is None:
             ns = {"__name__": "lxcfix_rootfs_reader"}
             exec(compile(argv[2], "<lxcfix rootfs reader>", "exec"), ns)
             READERS[argv[2]] = ns
-        n = int(argv[5])
-        out, rc, err = "\n".join(ns["report"](argv[3], int(argv[4]), argv[6:6 + n], argv[6 + n:])) + "\n", 0, ""
+        n = int(argv[6])
+        rc, out, err = ns["fenced"](argv[4], int(argv[5]), argv[7:7 + n], argv[7 + n:], {}, min(float(argv[3]), T))
     except Exception as e:
         out, rc, err = "", 1, repr(e)[:500]
     emit("run", "rootfs", json.dumps({"argv": argv, "rc": rc, "stdout": out, "stderr": err}))
@@ -526,9 +528,10 @@ BOOT = ("import json,sys;D=json.loads(sys.stdin.buffer.read(%d).decode('utf-8'))
         % (MAX_REQUEST + 1))
 
 
-def argv(request: Request | None = None) -> list[str]:
-    """The sweep's command line: the bootstrap alone, whatever the request (see stdin)."""
-    return ["python3", "-c", BOOT]
+def argv(request: Request | None = None, python: str = HOST_PYTHON) -> list[str]:
+    """The sweep's command line: the bootstrap alone, whatever the request (see stdin), run by the
+    host's `python` (transport.python_of: this process's own here, the inventory's over SSH)."""
+    return [python, "-c", BOOT]
 
 
 @memo.once()

@@ -32,6 +32,7 @@ import selectors
 import signal
 import stat as st_mod
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -40,7 +41,7 @@ from typing import Protocol, Sequence
 from .bounded import excerpt
 from .errors import BadInput, CommandFailed
 from .facts import FACTS, node_from_stat, parse_stat_lines
-from .model import DeviceNode, Result
+from .model import HOST_PYTHON, DeviceNode, Result
 
 # A config or an include is a few KB; /proc/self/mountinfo of a busy host a few hundred.
 MAX_READ = 16 * 1024 * 1024
@@ -65,6 +66,8 @@ class Transport(Protocol):
 
     name: how reports call it. local: its files are on this machine (local_path()
     gives the path here, worker processes may read them); False for SSH and containers.
+    A host's transport may name `python`, the interpreter lxcfix's helpers run with there
+    (python_of() reads it).
     """
 
     name: str
@@ -97,6 +100,15 @@ class Transport(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+def python_of(t: Transport) -> str:
+    """The interpreter lxcfix's own helper processes (the sweep, the BPF and rootfs readers) run
+    with on t's host: this process's own on this machine (Local.python: sys.executable), the
+    inventory's ansible_python_interpreter or HOST_PYTHON over SSH (Ssh.python); never `python3`
+    looked up on a PATH (a pyenv shim there costs a tenth of a second a start). A transport that
+    names none (a container, a snapshot, a test's fake): HOST_PYTHON."""
+    return getattr(t, "python", None) or HOST_PYTHON
 
 
 def check(transport: Transport, argv: Sequence[str], **kw) -> Result:
@@ -378,6 +390,7 @@ class Local:
 
     name: str = "localhost"
     overrides: dict[str, str] = field(default_factory=dict)
+    python: str = field(default_factory=lambda: sys.executable or HOST_PYTHON)  # python_of()
     local = True
 
     def run(self, argv: Sequence[str], *, input: str | None = None, timeout: float | None = 60,
@@ -636,6 +649,7 @@ class Cached:
         self.inner = inner
         self.name = inner.name
         self.local = inner.local
+        self.python = python_of(inner)
         self._done: dict[tuple[str, str], tuple[bool, object]] = {}
         self._pending: dict[tuple[str, str], threading.Event] = {}
         self._lock = threading.Lock()
@@ -710,6 +724,7 @@ class Prefetched:
         self.inner = inner
         self.name = inner.name
         self.local = inner.local
+        self.python = python_of(inner)
         self.answers = answers
 
     def _absent(self, path: str) -> bool:
@@ -804,7 +819,8 @@ def container_output_max() -> int:
 
 
 def container_timeout() -> float:
-    """Seconds the probe of one container may take: LXCFIX_PROBE_TIMEOUT, else 30."""
+    """Seconds the probe of one container may take, and reading its files (observe.read_rootfs):
+    LXCFIX_PROBE_TIMEOUT, else 30."""
     return env_number("LXCFIX_PROBE_TIMEOUT", CONTAINER_TIMEOUT, float)
 
 

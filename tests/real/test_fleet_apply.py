@@ -59,17 +59,21 @@ class Fleet:
         self.tmp, self.keys = tmp, keys
         self.hosts: dict[str, Sshd] = {}
         self.cts: dict[str, list[str]] = {}
+        self.pythons: dict[str, str] = {}
         self.known_hosts = tmp / "known_hosts"
         self.inventory = tmp / "fleet inventory.yaml"  # a space: printed commands must quote it
         self.home = tmp / "home"
         self.home.mkdir(exist_ok=True)
 
-    def add(self, name: str, cts, path: str = HOST_PATH, **env) -> Sshd:
+    def add(self, name: str, cts, path: str = HOST_PATH, python: str | None = None, **env) -> Sshd:
+        """python: the host's ansible_python_interpreter (none: lxcfix's default, /usr/bin/python3)."""
         state = self.tmp / f"state-{name}"
         d = Sshd.start(self.tmp / f"sshd-{name}", self.keys,
                        env={"PATH": path, "LXCFIX_STATE_DIR": str(state),
                             "LXCFIX_LOCK_DIR": str(self.tmp / f"lock-{name}"), **env})
         self.hosts[name], self.cts[name] = d, [c.name for c in cts]
+        if python is not None:
+            self.pythons[name] = python
         self.write()
         return d
 
@@ -86,7 +90,8 @@ class Fleet:
                  f"    ansible_ssh_private_key_file: {self.keys.private}",
                  f"    lxcfix_known_hosts: {self.known_hosts}", "    lxcfix_backend: lxc", "  hosts:"]
         for name, d in self.hosts.items():
-            lines.append(f"    {name}: {{ansible_port: {d.port}, lxcfix_containers: [{', '.join(self.cts[name])}]}}")
+            python = f", ansible_python_interpreter: {self.pythons[name]}" if name in self.pythons else ""
+            lines.append(f"    {name}: {{ansible_port: {d.port}, lxcfix_containers: [{', '.join(self.cts[name])}]{python}}}")
         self.inventory.write_text("\n".join(lines) + "\n")
 
     def env(self) -> dict:
@@ -289,7 +294,7 @@ def test_a_host_without_python3_is_refused_in_one_line(fleet, container_factory,
     c = broken(container_factory)
     empty = fleet.tmp / "no-python"
     empty.mkdir()
-    fleet.add("hv1", [c], path=str(empty))
+    fleet.add("hv1", [c], path=str(empty), python=str(empty / "python3"))  # the interpreter it names: absent
     before = Path(c.config_path).read_bytes()
     with lean_root_shell(fleet.tmp):
         r = fleet.run("apply", "--ct", c.name, "--host", "hv1", "--yes")

@@ -12,7 +12,8 @@ from lxcfix import fleet, ssh
 from lxcfix.backends import Lxc
 from lxcfix.inventory import load
 from lxcfix.scan import scan_host
-from lxcfix.transport import Local
+from lxcfix.model import HOST_PYTHON
+from lxcfix.transport import Local, python_of
 
 from .sshd import Keys, Sshd, write_known_hosts
 
@@ -44,6 +45,7 @@ class Counting:
 
     def __init__(self, inner):
         self.inner, self.name, self.local = inner, inner.name, inner.local
+        self.python = python_of(inner)
         self.calls = collections.Counter()
 
     def run(self, argv, **kw):
@@ -87,7 +89,7 @@ def test_local_scan_probes_every_container_in_two_commands(cts, env, monkeypatch
     assert {"LXF100", "LXF200"} <= codes[broken.name] and not codes[ok.name] - {"LXF111"}
     assert batched.notes == ()
     # the live state of every container, then every probe: two commands (host facts are read before)
-    sweeps = counted.calls["run python3"]
+    sweeps = counted.calls["run " + local.python]  # this process's own interpreter, not PATH's
     assert sweeps == 2, counted.calls
     assert counted.calls["run lxc-attach"] == 0 and counted.calls["run lxc-info"] == 0, counted.calls
 
@@ -151,7 +153,7 @@ class NoPython3:
     def run(self, argv, **kw):
         from lxcfix.model import Result
 
-        if argv[0] == "python3":
+        if argv[0] == HOST_PYTHON:
             return Result(127, "", "sh: 1: python3: not found")
         return self.inner.run(argv, **kw)
 
@@ -194,7 +196,7 @@ def test_a_host_of_20_running_containers_is_read_whole_in_two_commands(tmp_path,
             assert not codes[name] - {"LXF111"}, (name, codes[name])
         assert "LXF301" not in codes[name]
     assert connections == {"hv": 1}
-    assert t.calls["run"] <= 4 and t.calls["run"] == t.calls["run python3"] == 2, t.calls
+    assert t.calls["run"] <= 4 and t.calls["run"] == t.calls["run " + HOST_PYTHON] == 2, t.calls
     assert t.calls["read"] == t.calls["listdir"] == t.calls["isdir"] == 0, t.calls
 
 

@@ -501,6 +501,7 @@ class FakeTransport:
 
     name = "fake"
     local = False
+    python = "python3"  # the interpreter lxcfix runs there (transport.python_of)
 
     def __init__(self, answers: dict[tuple, Result]):
         self.answers = answers

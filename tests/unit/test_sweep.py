@@ -65,7 +65,7 @@ def test_a_batch_of_200_long_commands_runs_in_one_command_and_every_one_answers(
 
     answers = gather.run_sweep(Counting(), sweep.Request(batch=batch, parallel=8))
     assert answers.done and answers.garbage is None, answers.garbage
-    assert len(calls) == 1 and calls[0][0] == sweep.argv(None) and calls[0][1]
+    assert len(calls) == 1 and calls[0][0] == sweep.argv(None, Local().python) and calls[0][1]
     assert len(answers.runs) == 200
     for i, argv in enumerate(batch):
         r = answers.runs[tuple(argv)]
