@@ -19,7 +19,7 @@ PURE = (
     "lxcfix.rules.drift", "lxcfix.rules.upgrade", "lxcfix.plan", "lxcfix.liveplan",
     "lxcfix.render", "lxcfix.report", "lxcfix.audit", "lxcfix.fixes", "lxcfix.styles", "lxcfix.outcome",
     "lxcfix.idmap", "lxcfix.inventory", "lxcfix.sweep", "lxcfix.causes", "lxcfix.codes", "lxcfix.errortexts",
-    "lxcfix.memo", "lxcfix.fence",
+    "lxcfix.memo", "lxcfix.fence", "lxcfix.nsprobe",
 )
 IO_MODULES = (
     "subprocess", "socket", "multiprocessing", "paramiko", "fabric", "invoke",
