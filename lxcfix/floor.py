@@ -72,17 +72,16 @@ def locate(backend, ct: str, depth: int) -> tuple[int, str] | None:
 def floor_view(t: Transport, backend, wanted: dict) -> tuple[Transport, list[str]]:
     """wanted: ct -> (paths, access pairs), what observe.run_probe would ask. Returns a transport that
     answers, for each container the floor probed, its status and init pid (lxc-info's argv) and its
-    probe's argv (as observe.run_probe wraps it), and the containers it left to the in-container probe."""
-    from .observe import in_process
+    probe's argv (as observe.run_probe wraps it), and the containers it left to the in-container probe.
+    The children are forked by one small interpreter started for them all (nsprobe.program)."""
     from .probe import probe_argv
     from .sweep import Answers
-    from .transport import Prefetched
+    from .transport import Prefetched, python_of
 
     depth = len(nsprobe.nspid((_read("/proc/self/status") or b"").decode("utf-8", "replace")) or (0,))
     runs: dict[tuple[str, ...], Result] = {}
     left: list[str] = []
-    jobs = []
-    code = in_process(nsprobe.program(), "lxcfix_nsprobe")
+    jobs, asked = [], []
     for ct, (paths, access) in wanted.items():
         if nsprobe.needs_inside(paths):
             left.append(ct)
@@ -100,14 +99,19 @@ def floor_view(t: Transport, backend, wanted: dict) -> tuple[Transport, list[str
             # lxc-info says whether LXC froze it (then nothing is probed); running, its probe's answer:
             runs[argv] = Result(1, "", f"not checked: its cgroup {cgroup} is frozen (cgroup.freeze is 1)")
             continue
-        jobs.append(((ct, pid, argv), code["look"], (pid, cgroup, list(paths), list(access), nsprobe.TABLE_MAX)))
-    done = code["fan_out"](jobs, container_timeout(), container_output_max(), nsprobe.PARALLEL) if jobs else {}
-    for ct, pid, argv in (job[0] for job in jobs):
-        got = nsprobe.answer(*done[(ct, pid, argv)])
-        if isinstance(got, str):
-            left.append(ct)
-            continue
-        runs[tuple(backend.status_argv(ct))] = Result(0, "RUNNING\n", "")
-        runs[tuple(backend.pid_argv(ct))] = Result(0, f"{pid}\n", "")
-        runs[argv] = got
+        jobs.append({"pid": pid, "cgroup": cgroup, "paths": list(paths), "access": [list(a) for a in access]})
+        asked.append((ct, pid, argv))
+    if jobs:
+        timeout, cap = container_timeout(), container_output_max()
+        rounds = -(-len(jobs) // nsprobe.PARALLEL)
+        r = t.run([python_of(t), "-I", "-S", "-c", nsprobe.program()], input=nsprobe.request(jobs, timeout, cap),
+                  timeout=timeout * rounds + 30, max_output=(cap + 4096) * 2 * len(jobs))
+        for (ct, pid, argv), (status, data) in zip(asked, nsprobe.answers_of(r.stdout, len(jobs))):
+            got = nsprobe.answer(status, data)
+            if isinstance(got, str) or (status == "failed" and not data):
+                left.append(ct)  # the floor could not answer: the in-container probe does
+                continue
+            runs[tuple(backend.status_argv(ct))] = Result(0, "RUNNING\n", "")
+            runs[tuple(backend.pid_argv(ct))] = Result(0, f"{pid}\n", "")
+            runs[argv] = got
     return Prefetched(t, Answers(runs=runs, done=True)), left

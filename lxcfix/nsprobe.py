@@ -45,7 +45,7 @@ PARALLEL = 8  # children at once (each is short; one held by the kernel holds on
 
 # Runs in a child forked by lxcfix (stdlib only, after fence.CHILD_LIB): it never returns to the caller.
 CHILD = r'''
-import ctypes, errno, os, stat
+import ctypes, errno, fnmatch, os, stat, sys
 
 CLONE_NEWNS, CLONE_NEWUSER = 0x00020000, 0x10000000
 _LIBC = ctypes.CDLL(None, use_errno=True)  # loaded in the parent: nothing is dlopen'ed in a child
@@ -142,7 +142,6 @@ LIB_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib
 
 def driver_line():
     """probe.sh's driver line: the file libcuda.so.1 / libnvidia-ml.so.1 lead to, else a libcuda.so.<version>."""
-    import fnmatch
     for d in LIB_DIRS:
         try:
             names = sorted(os.listdir(d))[:100000]
@@ -242,6 +241,10 @@ def look(pid, cgroup, paths, asked, cap, write):
     """The whole probe of one container, in the child: its lines through write(bytes)."""
     def out(line):
         write((line + "\n").encode("utf-8", "surrogateescape"))
+    # Inside, a module imported would be read from the container's files, as root: none is.
+    sys.meta_path[:] = []
+    sys.path_hooks[:] = []
+    sys.path_importer_cache.clear()
     try:
         enter(pid, cgroup)
         busy = engine()
@@ -333,12 +336,56 @@ def fan_out(jobs, timeout, cap, parallel):
 '''
 
 
+# The program's own process: started once per scan (a small interpreter forks faster than lxcfix,
+# and its children copy less), it reads the jobs as JSON on stdin and prints one JSON line a
+# container, in the order asked: {"status": "ok"|"timeout"|"large"|"failed", "out": <what it printed>}.
+MAIN = r'''
+if __name__ == "__main__":
+    import sys
+    _req = json.loads(sys.stdin.buffer.read().decode("utf-8"))
+    _jobs = [(n, look, (j["pid"], j["cgroup"], j["paths"], [tuple(a) for a in j["access"]], _req["table_max"]))
+             for n, j in enumerate(_req["jobs"])]
+    _done = fan_out(_jobs, _req["timeout"], _req["cap"], _req["parallel"])
+    for n in range(len(_jobs)):
+        _status, _data = _done[n]
+        sys.stdout.write(json.dumps({"status": _status, "out": _data.decode("utf-8", "surrogateescape")}) + "\n")
+    sys.stdout.flush()
+'''
+
+
 @memo.once()
 def program() -> str:
-    """The floor prober as one program: fence.CHILD_LIB (the deadline and the kill), CHILD, FAN_OUT."""
+    """The floor prober as one program: fence.CHILD_LIB (the deadline and the kill), CHILD, FAN_OUT,
+    MAIN. Run as `PYTHON -I -S -c program()` with request() on stdin."""
     from .fence import CHILD_LIB
 
-    return CHILD_LIB + CHILD + FAN_OUT
+    return CHILD_LIB + CHILD + FAN_OUT + MAIN
+
+
+def request(jobs: list[dict], timeout: float, cap: int) -> str:
+    """The program's stdin. jobs: [{"pid": 4242, "cgroup": "/sys/fs/cgroup/lxc.payload.web",
+    "paths": ["/dev/net/tun"], "access": [["render", "/dev/dri/renderD128"]]}]."""
+    import json
+
+    return json.dumps({"jobs": jobs, "timeout": timeout, "cap": cap, "parallel": PARALLEL, "table_max": TABLE_MAX})
+
+
+def answers_of(stdout: str, n: int) -> list[tuple[str, bytes]]:
+    """The program's output -> (status, output) for each of the n jobs, in order; a job it did not
+    answer (the program died, its output was cut) is ("failed", b""). Never raises."""
+    import json
+
+    out: list[tuple[str, bytes]] = []
+    for line in stdout.split("\n")[:n]:
+        try:
+            doc = json.loads(line)
+            status, text = doc["status"], doc["out"]
+        except (ValueError, KeyError, TypeError):
+            break
+        if status not in ("ok", "timeout", "large", "failed") or not isinstance(text, str):
+            break
+        out.append((status, text.encode("utf-8", "surrogateescape")))
+    return out + [("failed", b"")] * (n - len(out))
 
 
 # --- pure: what the parent reads about a container, and what a child's answer means ----------------
