@@ -26,7 +26,7 @@ IO_MODULES = (
     "lxcfix.transport", "lxcfix.ssh", "lxcfix.gather", "lxcfix.observe", "lxcfix.scan", "lxcfix.fleet", "lxcfix.fleetpool",
     "lxcfix.apply", "lxcfix.transaction", "lxcfix.steps", "lxcfix.atomicfile", "lxcfix.backends", "lxcfix.repair",
     "lxcfix.cli", "lxcfix.hook", "lxcfix.hostfix", "lxcfix.api", "lxcfix.inventory_io", "lxcfix.entry",
-    "lxcfix.agent", "lxcfix.ship", "lxcfix.fleetapply",
+    "lxcfix.agent", "lxcfix.ship", "lxcfix.fleetapply", "lxcfix.floor",
 )
 PROBE = """
 import json, sys
