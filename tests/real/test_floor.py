@@ -25,6 +25,7 @@ import pytest
 
 from . import harness
 from .cli import TUN_MOUNT, lxcfix
+from .hostile import hostile_script, over_python3, over_sh
 
 RENDER, SVC, HOST_GID = 104, 1000, 4242
 USERS = [("svc", SVC, ["render"])]
@@ -168,3 +169,16 @@ def test_a_frozen_cgroup_a_huge_group_file_and_links_out_are_that_containers_fin
     assert {"LXF201", "LXF236"} <= codes_of(got[huge.name]) and "LXF301" not in codes_of(got[huge.name])
     f301 = [f for f in got[frozen.name]["findings"] if f["code"] == "LXF301"]
     assert f301 and "frozen" in f301[0]["message"], got[frozen.name]["findings"]
+
+
+def test_a_tenants_own_sh_and_python3_decide_nothing_at_the_floor(container_factory, tun, env, tmp_path, counted):
+    """A container whose python3 and sh lie ("open=ok"): the in-container probe believes them; the floor
+    runs neither and judges the node as it is (EPERM: LXF200)."""
+    script = hostile_script(tmp_path, "liar", "printf 'node /dev/net/tun exists=1 char=1 major=10 minor=200 open=ok\\n'"
+                                              "; printf 'end\\n'", interpreter="/usr/bin/bash")
+    bad = container_factory([TUN_MOUNT, *over_python3(script), *over_sh(script)])
+    old, _ = scan(env, [bad.name], "attach", counted)
+    new, calls = scan(env, [bad.name], "ns", counted)
+    assert "LXF200" not in codes_of(old[bad.name])  # the liar's "open=ok" believed
+    assert "LXF200" in codes_of(new[bad.name]) and "LXF206" not in codes_of(new[bad.name])
+    assert not [line for line in calls if line.startswith("lxc-attach")]
