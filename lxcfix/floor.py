@@ -69,6 +69,16 @@ def locate(backend, ct: str, depth: int) -> tuple[int, str] | None:
     return None
 
 
+def _rootfs_request() -> dict:
+    """What observe.read_rootfs reads first of a running container's root, for the floor's program."""
+    from . import fence, rootfs
+    from .observe import first_exists
+
+    return {"program": fence.rootfs_command(), "cap": rootfs.FILE_MAX,
+            "files": [*rootfs.FILES, *rootfs.PACKAGE_DBS], "exists": first_exists(),
+            "caps": {path: rootfs.PKG_MAX for path in rootfs.PACKAGE_DBS}}
+
+
 def floor_view(t: Transport, backend, wanted: dict) -> tuple[Transport, list[str]]:
     """wanted: ct -> (paths, access pairs), what observe.run_probe would ask. Returns a transport that
     answers, for each container the floor probed, its status and init pid (lxc-info's argv) and its
@@ -104,8 +114,14 @@ def floor_view(t: Transport, backend, wanted: dict) -> tuple[Transport, list[str
     if jobs:
         timeout, cap = container_timeout(), container_output_max()
         rounds = -(-len(jobs) // nsprobe.PARALLEL)
-        r = t.run([python_of(t), "-I", "-S", "-c", nsprobe.program()], input=nsprobe.request(jobs, timeout, cap),
-                  timeout=timeout * rounds + 30, max_output=(cap + 4096) * 2 * len(jobs))
+        read = _rootfs_request()
+        r = t.run([python_of(t), "-I", "-S", "-c", nsprobe.program()],
+                  input=nsprobe.request(jobs, timeout, cap, read),
+                  timeout=timeout * (rounds + len(jobs)) + 30,
+                  max_output=(cap + 4096 + 2 * (read["cap"] * len(read["files"]) + sum(read["caps"].values()))) * 2 * len(jobs))
+        for (ct, pid, argv), got in zip(asked, nsprobe.rootfs_of(r.stdout, len(jobs))):
+            if got is not None:
+                runs[nsprobe.rootfs_key(f"/proc/{pid}/root", read["files"], read["exists"], read["caps"], timeout)] = got
         for (ct, pid, argv), (status, data) in zip(asked, nsprobe.answers_of(r.stdout, len(jobs))):
             got = nsprobe.answer(status, data)
             if isinstance(got, str) or (status == "failed" and not data):

@@ -144,7 +144,7 @@ def driver_line():
     """probe.sh's driver line: the file libcuda.so.1 / libnvidia-ml.so.1 lead to, else a libcuda.so.<version>."""
     for d in LIB_DIRS:
         try:
-            names = sorted(os.listdir(d))[:100000]
+            names = sorted(n for n in os.listdir(d) if n.startswith(("libcuda.so.", "libnvidia-ml.so.")))[:4096]
         except OSError:
             continue
         for pattern in ("libcuda.so.1", "libnvidia-ml.so.1", "libcuda.so.*.*", "libnvidia-ml.so.*.*"):
@@ -350,6 +350,16 @@ if __name__ == "__main__":
         _status, _data = _done[n]
         sys.stdout.write(json.dumps({"status": _status, "out": _data.decode("utf-8", "surrogateescape")}) + "\n")
     sys.stdout.flush()
+    # The container's files (fence's rootfs reader, its own child per container, killed at the deadline).
+    _rootfs = _req.get("rootfs")
+    if _rootfs:
+        _R = {"__name__": "lxcfix_rootfs_reader"}
+        exec(compile(_rootfs["program"], "<lxcfix rootfs reader>", "exec"), _R)
+        for j in _req["jobs"]:
+            _got = _R["fenced"]("/proc/%d/root" % j["pid"], _rootfs["cap"], _rootfs["files"], _rootfs["exists"],
+                                _rootfs["caps"], _req["timeout"])
+            sys.stdout.write(json.dumps({"rootfs": list(_got)}) + "\n")
+            sys.stdout.flush()
 '''
 
 
@@ -362,12 +372,38 @@ def program() -> str:
     return CHILD_LIB + CHILD + FAN_OUT + MAIN
 
 
-def request(jobs: list[dict], timeout: float, cap: int) -> str:
+def request(jobs: list[dict], timeout: float, cap: int, rootfs: dict | None = None) -> str:
     """The program's stdin. jobs: [{"pid": 4242, "cgroup": "/sys/fs/cgroup/lxc.payload.web",
-    "paths": ["/dev/net/tun"], "access": [["render", "/dev/dri/renderD128"]]}]."""
+    "paths": ["/dev/net/tun"], "access": [["render", "/dev/dri/renderD128"]]}]. rootfs: what it reads
+    of each container's root after (fence.rootfs_command()'s `fenced`), {"program": its text,
+    "cap": bytes a file, "files": [...], "exists": [...], "caps": {path: bytes}}; None: nothing."""
     import json
 
-    return json.dumps({"jobs": jobs, "timeout": timeout, "cap": cap, "parallel": PARALLEL, "table_max": TABLE_MAX})
+    return json.dumps({"jobs": jobs, "timeout": timeout, "cap": cap, "parallel": PARALLEL, "table_max": TABLE_MAX,
+                       "rootfs": rootfs})
+
+
+def rootfs_key(root: str, files, exists, caps, timeout: float) -> tuple[str, ...]:
+    """The key under which a transport answers the rootfs reader's (rc, stdout, stderr) for one
+    root read in this machine's floor program (observe.read_rootfs asks for it; never a command)."""
+    import json
+
+    return ("lxcfix-floor-rootfs", root, json.dumps([list(files), list(exists), dict(caps), timeout]))
+
+
+def rootfs_of(stdout: str, n: int) -> list[Result | None]:
+    """The reader's answers after the n probe lines: a Result (rc, stdout, stderr) for each job, None
+    where the program did not answer (then read_rootfs reads it itself). Never raises."""
+    import json
+
+    out: list[Result | None] = []
+    for line in stdout.split("\n")[n:2 * n]:
+        try:
+            rc, text, err = json.loads(line)["rootfs"]
+            out.append(Result(int(rc), str(text), str(err)))
+        except (ValueError, KeyError, TypeError):
+            break
+    return out + [None] * (n - len(out))
 
 
 def answers_of(stdout: str, n: int) -> list[tuple[str, bytes]]:
