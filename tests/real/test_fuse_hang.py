@@ -139,6 +139,7 @@ def timed_out(hung_ct, doc) -> str:
 def assert_judged(doc, hung, neighbour) -> None:
     by_ct = {c["ct"]: {f["code"] for f in c["findings"]} for c in doc["containers"]}
     assert {"LXF100", "LXF200"} <= by_ct[neighbour.name], by_ct  # probed, its program read: in full
+    assert "LXF236" not in by_ct[neighbour.name], by_ct  # and its own files read
     assert "LXF100" in by_ct[hung.c.name], by_ct
     message = timed_out(hung.c, doc)
     assert f"not checked: reading /proc/{hung.c.init_pid()}/root{TARGET}/config.toml timed out after " \
