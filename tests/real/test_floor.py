@@ -182,3 +182,18 @@ def test_a_tenants_own_sh_and_python3_decide_nothing_at_the_floor(container_fact
     assert "LXF200" not in codes_of(old[bad.name])  # the liar's "open=ok" believed
     assert "LXF200" in codes_of(new[bad.name]) and "LXF206" not in codes_of(new[bad.name])
     assert not [line for line in calls if line.startswith("lxc-attach")]
+
+
+def test_proxmox_containers_through_the_pct_shim_are_read_at_the_floor_too(pve, tun, env, counted):
+    """Proxmox's layout: the device program on lxc/VMID, the processes in lxc/VMID/ns."""
+    assert env["LXCFIX_PVE_DIR"] == pve.dir and harness.SHIM_DIR in env["PATH"]
+    denied = pve.make_ct(["lxc.mount.entry: /dev/net/tun dev/net/tun none bind,create=file 0 0"])
+    allowed = pve.make_ct(["lxc.mount.entry: /dev/net/tun dev/net/tun none bind,create=file 0 0",
+                           "lxc.cgroup2.devices.allow: c 10:200 rwm"])
+    assert os.path.isdir(f"/sys/fs/cgroup/lxc/{denied.vmid}/ns")
+    old, _ = scan(env, [denied.vmid, allowed.vmid], "attach", counted)
+    new, calls = scan(env, [denied.vmid, allowed.vmid], "ns", counted)
+    for ct in (denied.vmid, allowed.vmid):
+        assert verdicts(new[ct]) == verdicts(old[ct])
+    assert "LXF200" in codes_of(new[denied.vmid]) and "LXF200" not in codes_of(new[allowed.vmid])
+    assert not [line for line in calls if line.startswith(("lxc-attach", "lxc-info"))], calls
