@@ -38,18 +38,19 @@ def _read(path: str, cap: int = 65536) -> bytes | None:
 
 
 def _pids(cgroup: str) -> list[int]:
-    """The processes of `cgroup` and the cgroups below it (at most LOCATE_DIRS_MAX of them), by
+    """The processes of `cgroup` and the cgroups below it (LOCATE_DIRS_MAX of them in all), by
     cgroup, shallowest first: the init is at the top on a plain container."""
     out, dirs = [], [cgroup]
-    for n, d in enumerate(dirs):
+    for d in dirs:
         data = _read(d + "/cgroup.procs", 1 << 20) or b""
         out += [int(w) for w in data.split() if w.isdigit() and len(w) <= 10]
-        if n < nsprobe.LOCATE_DIRS_MAX:
+        if len(dirs) < nsprobe.LOCATE_DIRS_MAX:  # a tenant's many cgroups cost a bounded search
             try:
                 with os.scandir(d) as it:
-                    dirs += [e.path for e in it if e.is_dir(follow_symlinks=False)][:nsprobe.LOCATE_DIRS_MAX]
+                    below = [e.path for e in it if e.is_dir(follow_symlinks=False)]
             except OSError:
-                pass
+                below = []
+            dirs += below[:nsprobe.LOCATE_DIRS_MAX - len(dirs)]
     return out
 
 
