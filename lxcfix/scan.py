@@ -235,8 +235,15 @@ def scan_host(t: Transport, backend: Proxmox | Lxc, cts: list[str] | None = None
     answered = False  # every probe answered by one sweep: no thread pool needed
     # One container on this machine: its probe and program directly (a sweep would only add
     # its own python3 start-up); over SSH, or for more, all in one command.
-    if enter is not None and enter.route is None and batch and (swept or not t.local or len(ctxs) > 1):
-        view, why = _probe_in_one_go(t, backend, ctxs, swept)
+    # This machine's containers first at the namespace floor (lxcfix.floor: nothing exec'd per
+    # container); the rest, and every remote host's, by the in-container probe.
+    rest, view = ctxs, t
+    if enter is not None and enter.route is None and batch and not swept and ctxs and on_this_machine(t):
+        view, rest = _floor(t, backend, ctxs)
+        enter = Enter(view, backend, inner=inner)
+        answered = not rest
+    if enter is not None and enter.route is None and batch and rest and (swept or not t.local or len(rest) > 1):
+        view, why = _probe_in_one_go(view, backend, rest, swept)
         enter = Enter(view, backend, inner=inner)
         answered = why is None
         if why:
@@ -332,6 +339,27 @@ def _probe_in_one_go(t: Transport, backend, ctxs: dict[str, Context], swept: boo
         return t, None
     return gather.prefetch(t, sweep.Request(batch=batch, rootfs=rootfs, timeout=container_timeout(),
                                             cap=container_output_max(), parallel=probe_parallel()))
+
+
+def _floor(t: Transport, backend, ctxs: dict[str, Context]) -> tuple[Transport, dict[str, Context]]:
+    """(a transport answering the floor's probes, the containers left to the in-container probe)."""
+    from . import floor
+    from .observe import probe_paths
+    from .rules.access import requests
+
+    if not floor.enabled():
+        return t, ctxs
+    wanted = {}
+    for ct, ctx in ctxs.items():
+        try:
+            wanted[ct] = (probe_paths(ctx.effective), requests(ctx))
+        except Exception:
+            continue  # its own probe says why
+    try:
+        view, left = floor.floor_view(t, backend, wanted)
+    except Exception:  # a bug here must not cost the scan: every container's own probe instead
+        return t, ctxs
+    return view, {ct: c for ct, c in ctxs.items() if ct in left or ct not in wanted}
 
 
 def _rootfs_ask(t, backend, ct: str, ctx: Context, running: bool) -> list[str] | None:
