@@ -97,6 +97,17 @@ class Hooked:
 
 
 @dataclass(frozen=True)
+class Watched:
+    """lxcfix watch: 0 when no repair failed (1: one did, and was rolled back)."""
+
+    code: int
+
+    @property
+    def exit_code(self) -> int:
+        return self.code
+
+
+@dataclass(frozen=True)
 class Shown:
     """facts, explain, --print-snippet: nothing to judge."""
 
