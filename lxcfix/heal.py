@@ -274,21 +274,23 @@ def opt_in(tags: str | None, conf: WatchConf, ct: str, cli_heal=frozenset(), cli
     return OptIn(heal, restart, why)
 
 
-def concerns(findings, profiles: frozenset[str], everything: bool = False) -> list:
-    """The findings a pass acts on: those about a device of the changed profiles (all of a
-    container's findings that have a fix, when `everything`: a full pass)."""
+def concerns(findings, profiles: frozenset[str], facts=None, everything: bool = False) -> list:
+    """The findings a pass acts on: errors and warnings about a device of the changed
+    profiles, by its path or by its numbers (a dynamic major as the host's facts give it);
+    every one of them when `everything` (a full pass)."""
+    majors = set()
+    for name in profiles:
+        p = devices.PROFILES[name]
+        m = p.major(facts) if facts is not None else p.static
+        if m is not None and p.owns_major():
+            majors.add(m)
     out = []
     for f in findings:
         if f.severity not in ("error", "warning"):
             continue
-        if everything:
-            out.append(f)
-            continue
         hit = devices.node_spec(f.device) if f.device else None
-        if hit is not None and hit[0].name in profiles:
-            out.append(f)
-        elif f.numbers is not None and any(devices.PROFILES[p].static == f.numbers[1] and
-                                           devices.PROFILES[p].owns_major() for p in profiles):
+        if everything or (hit is not None and hit[0].name in profiles) or \
+                (f.numbers is not None and f.numbers[1] in majors):
             out.append(f)
     return out
 

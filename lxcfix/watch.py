@@ -332,7 +332,7 @@ class Watcher:
             return
         acted = 0
         for c in rep.containers if rep else ():
-            hits = heal.concerns(c.findings, profiles, everything or retry_only)
+            hits = heal.concerns(c.findings, profiles, facts, everything or retry_only)
             if not hits or c.plan is None or c.plan.is_empty:
                 continue
             acted += 1
@@ -390,22 +390,29 @@ class Watcher:
                 _, one = repair.one(tgt, c.ct, self.opts.style, probe=True, facts=facts, editable=True)
             if one.plan.is_empty:
                 return
-            tx = repair.apply_transaction(tgt, one, facts, live=True)
+            ops = repair.live_ops(tgt, one)
+            tx = repair.apply_transaction(tgt, one, facts, live=True, ops=ops)
             verdict = tx.check()
             how = "live"
-            if not verdict.ok and isinstance(verdict.error, Refused) and "lock" in str(verdict.error):
-                self.emit(f"CT {c.ct}: busy: {clean(verdict.error)}; tried again at the next pass")
-                self.retry[c.ct] = time.monotonic() + self.opts.debounce + 1.0
-                return
-            if not verdict.ok and opt.restart:
-                tx, how = repair.apply_transaction(tgt, one, facts, restart=True), "with a restart"
-            elif not verdict.ok:
-                self.counters["findings_total"] += 1
-                self.emit(f"CT {c.ct}: {codes}: a live change cannot repair it ({clean(verdict.error)}); "
-                          f"not opted in to restarts (tag {heal.RESTART_TAG}): not repaired")
-                self._notify({"ct": c.ct, "host": c.host, "codes": codes.split(", "), "repaired": False,
-                              "why": str(verdict.error)})
-                return
+            if not verdict.ok:
+                if c.ct not in tgt.backend.list(tgt.transport):
+                    self.emit(f"CT {c.ct}: gone (deleted while it was checked): nothing repaired")
+                    return
+                if ops.refuse and opt.restart:
+                    tx, how = repair.apply_transaction(tgt, one, facts, restart=True), "with a restart"
+                elif ops.refuse:
+                    self.counters["findings_total"] += 1
+                    self.emit(f"CT {c.ct}: {codes}: a live change cannot repair it ({clean(ops.refuse)}); "
+                              f"not opted in to restarts (tag {heal.RESTART_TAG}): not repaired")
+                    self._notify({"ct": c.ct, "host": c.host, "codes": codes.split(", "), "repaired": False,
+                                  "why": ops.refuse})
+                    return
+                elif isinstance(verdict.error, Refused):  # its lock held (an apply), locked, edited meanwhile
+                    self.emit(f"CT {c.ct}: {codes}: not now: {clean(verdict.error)}; tried again later")
+                    self.retry[c.ct] = time.monotonic() + max(self.opts.interval, 1.0)
+                    return
+                else:
+                    verdict.raise_error()
             tx.base["by"] = "watch"
             result = tx.run()
         except BadInput as e:
@@ -488,8 +495,10 @@ class Watcher:
                     note = f"not rolled back: {clean(e)}"
             journal.record(event="rolled-back", tx=first.get("tx"), ct=ct, path=path, by="watch", recovered=True,
                            config=state, note=note)
-            self.emit(f"CT {clean(ct)}: a repair was interrupted (lxcfix watch was killed); its config was "
-                      f"the {state} one: {note}")
+            shown = {"new": "the new one (written before the kill)", "old": "the old one (not written yet)",
+                     "changed since": "changed by something else since", "gone": "gone"}[state]
+            self.emit(f"CT {clean(ct)}: a repair was interrupted (lxcfix watch was killed); its config is "
+                      f"{shown}: {note}")
 
 
 # ---------------------------------------------------------------- the unit
