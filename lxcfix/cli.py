@@ -1024,7 +1024,7 @@ def watch(
                (["--metrics-file", metrics_file] if metrics_file else []) + \
                (["--debounce", f"{debounce:g}"] if debounce != 0.1 else []) + \
                (["--interval", f"{interval:g}"] if interval != 10.0 else [])
-        plan = w.plan_unit(target, w.unit_argv(sys.executable, args))
+        plan = w.plan_unit(target, w.unit_argv(sys.executable, args), metrics_file)
         _print_diff(plan.diff())
         tx = hostfix.host_unit_transaction(target, plan, now=True, unit=w.UNIT_NAME)
         if dry_run:

@@ -522,17 +522,22 @@ def unit_argv(python: str, args: list[str]) -> list[str]:
     return argv
 
 
-def render_unit(backend: str, argv: list[str]) -> bytes:
+def render_unit(backend: str, argv: list[str], metrics_file: str | None = None) -> bytes:
+    """ProtectSystem=strict leaves writable what the repairs write: the configs (/etc/pve,
+    /var/lib/lxc), lxcfix's state, /run (locks, LXC's and pct's runtime files), the cgroups,
+    the logs pct and LXC write, and the metrics file's directory."""
     from . import render
     from .apply import state_dir
 
-    writable = sorted({"/etc/pve", "/var/lib/lxc", state_dir(None).root, "/run/lock/lxc", "/run/lxcfix",
-                       "/sys/fs/cgroup", "/var/lib/node_exporter"})
+    paths = {"/etc/pve", "/var/lib/lxc", state_dir(None).root, "/run", "/sys/fs/cgroup", "/var/log"}
+    if metrics_file:
+        paths.add(os.path.dirname(metrics_file))
+    writable = [f"-{p}" for p in sorted(paths)]
     return render.environment().get_template(UNIT_TEMPLATE).render(
         argv=argv, after=AFTER.get(backend, AFTER["lxc"]), writable=writable).encode()
 
 
-def plan_unit(target, argv: list[str]):
+def plan_unit(target, argv: list[str], metrics_file: str | None = None):
     """The unit as a Plan over its file (before: what is there now)."""
     from . import hostfix
     from .model import Plan
@@ -542,6 +547,6 @@ def plan_unit(target, argv: list[str]):
         before = read_file(target.local_path(path)) or b""
     except OSError as e:
         raise BadInput(f"{path}: {e.strerror or e}") from None
-    after = render_unit(target.backend.name, argv)
+    after = render_unit(target.backend.name, argv, metrics_file)
     return Plan(ct="host", path=path, digest=ctconfig.digest(before), before=before, after=after,
                 style="systemd-unit", style_reason=f"{UNIT_NAME}: lxcfix watch, hardened")
