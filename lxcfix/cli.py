@@ -865,6 +865,9 @@ def _print_audit(result, for_: str, verbose: bool = False, reaches: dict | None 
     for h in result.hosts:
         for n in h.notes:
             say(f"  {h.host}: {n}", "dim")
+        if h.not_healed:
+            say(clean(f"  {h.host}: GPU containers not healed on device events (no tag lxcfix-heal; see "
+                      f"lxcfix watch): {', '.join(h.not_healed)}"), "dim")
     if verbose:
         for i in result.items:
             line = Text(clean(f"{i.ct:>8}  "))

@@ -280,3 +280,27 @@ def test_a_tenant_cannot_make_the_watcher_act_on_another_container(container_fac
         w.wait_for(rf"^CT {victim_name}: LXF100: repaired live")
     finally:
         assert w.stop() == 0, "\n".join(w.lines)
+
+
+def test_install_writes_a_verified_hardened_unit_through_the_transaction(env, tmp_path):
+    """`lxcfix watch --install` into a tree's etc/systemd/system: the real systemd-analyze
+    verifies it, the real `systemctl --root` enables it, the journal has every step; the
+    second run has nothing to do."""
+    units = tmp_path / "root" / "etc" / "systemd" / "system"
+    units.mkdir(parents=True)
+    env["LXCFIX_SYSTEMD_DIR"] = str(units)
+    r = lxcfix(env, "watch", "--install", "--dry-run", "--heal", "200")
+    assert r.returncode == 0 and "systemd-analyze verify" in r.stdout and not (units / "lxcfix-watch.service").exists()
+    r = lxcfix(env, "watch", "--install", "--yes", "--heal", "200", "--metrics-file", str(tmp_path / "m" / "w.prom"))
+    assert r.returncode == 0 and "lxcfix-watch.service: enabled" in r.stdout, r.stdout + r.stderr
+    text = (units / "lxcfix-watch.service").read_text()
+    assert f"-m lxcfix watch --heal 200 --metrics-file {tmp_path}/m/w.prom\n" in text
+    assert "ProtectSystem=strict\n" in text and "NoNewPrivileges=yes\n" in text
+    assert (units / "multi-user.target.wants" / "lxcfix-watch.service").is_symlink()
+    assert [e["event"] for e in _journal(env)] == ["host-unit-backup", "host-unit-written", "host-unit-verify",
+                                                   "host-unit-command", "host-unit-done"]
+    assert {e["unit"] for e in _journal(env)} == {"lxcfix-watch.service"}
+    r = lxcfix(env, "watch", "--install", "--yes", "--heal", "200", "--metrics-file", str(tmp_path / "m" / "w.prom"))
+    assert r.returncode == 0 and "nothing-to-do" in r.stdout, r.stdout + r.stderr
+    r = lxcfix(env, "watch", "--install", "--yes", "--heal", "two words")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1
