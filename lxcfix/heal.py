@@ -274,6 +274,33 @@ def opt_in(tags: str | None, conf: WatchConf, ct: str, cli_heal=frozenset(), cli
     return OptIn(heal, restart, why)
 
 
+def needles(profiles: frozenset[str], facts=None) -> re.Pattern | None:
+    """What a config that gives a device of these profiles holds: a node path's literal
+    start ("/dev/nvidia", "/dev/net/tun"), a directory mounted whole, or "MAJOR:" of a
+    major the profile owns (its dynamic one from the host's facts). None: no profile."""
+    words: set[str] = set()
+    majors: set[int] = set()
+    for name in profiles:
+        p = devices.PROFILES.get(name)
+        if p is None:
+            continue
+        for spec in p.nodes:
+            words.add(re.split(r"[\\()\[{.*+?^$|]", spec.pattern, maxsplit=1)[0])
+        words.update(p.dirs)
+        m = p.major(facts) if facts is not None else p.static
+        if m is not None and p.owns_major():
+            majors.add(m)
+    alts = [re.escape(w) for w in sorted(words) if len(w) > len("/dev/")] + \
+        [rf"(?<![0-9]){m}:" for m in sorted(majors)]
+    return re.compile("|".join(alts)) if alts else None
+
+
+def might_concern(config: bytes, pattern: re.Pattern | None) -> bool:
+    """The cheap test before a container is checked: its config names one of the devices
+    (a device given only through an lxc.include'd file waits for a full pass)."""
+    return pattern is not None and pattern.search(config.decode("utf-8", "replace")) is not None
+
+
 def concerns(findings, profiles: frozenset[str], facts=None, everything: bool = False) -> list:
     """The findings a pass acts on: errors and warnings about a device of the changed
     profiles, by its path or by its numbers (a dynamic major as the host's facts give it);

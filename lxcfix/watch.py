@@ -324,8 +324,9 @@ class Watcher:
             facts = host_facts(tgt.transport, tgt.backend)
             listed = tgt.backend.list(tgt.transport)
             running = [ct for ct in listed if self._running(ct) and (not retry_only or ct in due)]
-            rep = repair.scan(tgt, running, self.opts.style, probe=False, facts=facts, keep_context=True,
-                              diffs=False) if running else None
+            checked = running if everything or retry_only else self._candidates(running, listed, profiles, facts)
+            rep = repair.scan(tgt, checked, self.opts.style, probe=False, facts=facts, keep_context=True,
+                              diffs=False) if checked else None
         except LxcfixError as e:
             self.emit(f"pass {n}: cannot read the host: {clean(e)}")
             self._metrics(cpu0)
@@ -340,9 +341,24 @@ class Watcher:
             self._handle(c, hits, heal.opt_in(tags, self.conf, c.ct, self.opts.heal, self.opts.restart),
                          facts, first)
         what = "every running container" if everything else ", ".join(sorted(profiles)) or "retries"
-        self.emit(f"pass {n}: {len(running)} running, {acted} with findings ({what}; {events} events) "
+        self.emit(f"pass {n}: {len(running)} running, {len(checked)} checked, {acted} with findings ({what}; "
+                  f"{events} events) "
                   f"in {time.monotonic() - t0:.2f} s, cpu {time.process_time() - cpu0:.2f} s")
         self._metrics(cpu0)
+
+    def _candidates(self, running: list[str], listed: dict, profiles: frozenset[str], facts) -> list[str]:
+        """The running containers whose config names a device of the changed profiles."""
+        pattern = heal.needles(profiles, facts)
+        out = []
+        for ct in running:
+            try:
+                data = self.target.transport.read(listed[ct])
+            except OSError:
+                out.append(ct)  # the scan says what is wrong with it
+                continue
+            if heal.might_concern(data, pattern):
+                out.append(ct)
+        return out
 
     def _running(self, ct: str) -> bool:
         """Its cgroup exists: one stat, where `lxc-info` is a process per container."""

@@ -167,3 +167,17 @@ def test_the_unit_is_hardened_and_runs_the_given_options():
         assert line + "\n" in text
     rw = next(l for l in text.splitlines() if l.startswith("ReadWritePaths="))
     assert "-/etc/pve" in rw and "-/var/lib/node_exporter/textfile" in rw and "-/run" in rw
+
+
+def test_only_configs_that_name_a_changed_device_are_checked():
+    facts = make_facts("Character devices:\n 10 misc\n195 nvidia\n511 nvidia-uvm\n\nBlock devices:\n  8 sd\n")
+    tun = heal.needles(frozenset({"tun"}), facts)
+    uvm = heal.needles(frozenset({"nvidia-uvm"}), facts)
+    given_tun = b"arch: amd64\nlxc.mount.entry: /dev/net/tun dev/net/tun none bind,create=file\n"
+    numeric_uvm = b"memory: 511\nlxc.cgroup2.devices.allow: c 511:* rwm\n"
+    devn_uvm = b"dev0: /dev/nvidia-uvm\n"
+    plain = b"arch: amd64\nmemory: 1511\nnet0: name=eth0,hwaddr=BC:24:11:51:10:20\n"
+    assert heal.might_concern(given_tun, tun) and not heal.might_concern(given_tun, uvm)
+    assert heal.might_concern(numeric_uvm, uvm) and heal.might_concern(devn_uvm, uvm)
+    assert not heal.might_concern(plain, uvm) and not heal.might_concern(plain, tun)
+    assert heal.needles(frozenset(), facts) is None and not heal.might_concern(given_tun, None)
