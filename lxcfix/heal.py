@@ -276,7 +276,7 @@ def opt_in(tags: str | None, conf: WatchConf, ct: str, cli_heal=frozenset(), cli
 
 def needles(profiles: frozenset[str], facts=None) -> re.Pattern | None:
     """What a config that gives a device of these profiles holds: a node path's literal
-    start ("/dev/nvidia", "/dev/net/tun"), a directory mounted whole, or "MAJOR:" of a
+    start ("dev/nvidia", "dev/net/tun"), a directory mounted whole, or "MAJOR:" of a
     major the profile owns (its dynamic one from the host's facts). None: no profile."""
     words: set[str] = set()
     majors: set[int] = set()
@@ -290,7 +290,9 @@ def needles(profiles: frozenset[str], facts=None) -> re.Pattern | None:
         m = p.major(facts) if facts is not None else p.static
         if m is not None and p.owns_major():
             majors.add(m)
-    alts = [re.escape(w) for w in sorted(words) if len(w) > len("/dev/")] + \
+    # without the leading slash: a mount entry's target inside ("dev/nvidia-uvm") names it too,
+    # whatever host path the node is bound from
+    alts = [re.escape(w.lstrip("/")) for w in sorted(words) if len(w) > len("/dev/")] + \
         [rf"(?<![0-9]){m}:" for m in sorted(majors)]
     return re.compile("|".join(alts)) if alts else None
 

@@ -176,8 +176,10 @@ def test_only_configs_that_name_a_changed_device_are_checked():
     given_tun = b"arch: amd64\nlxc.mount.entry: /dev/net/tun dev/net/tun none bind,create=file\n"
     numeric_uvm = b"memory: 511\nlxc.cgroup2.devices.allow: c 511:* rwm\n"
     devn_uvm = b"dev0: /dev/nvidia-uvm\n"
+    bound = b"lxc.mount.entry: /srv/devs/uvm dev/nvidia-uvm none bind,create=file\n"
     plain = b"arch: amd64\nmemory: 1511\nnet0: name=eth0,hwaddr=BC:24:11:51:10:20\n"
     assert heal.might_concern(given_tun, tun) and not heal.might_concern(given_tun, uvm)
     assert heal.might_concern(numeric_uvm, uvm) and heal.might_concern(devn_uvm, uvm)
+    assert heal.might_concern(bound, uvm)
     assert not heal.might_concern(plain, uvm) and not heal.might_concern(plain, tun)
     assert heal.needles(frozenset(), facts) is None and not heal.might_concern(given_tun, None)
