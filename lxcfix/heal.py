@@ -110,9 +110,12 @@ class EventFilter:
                          if module in p.modules or module in p.reload_modules or p.owns_module(module))
 
     def node(self, path: str) -> frozenset[str]:
-        """The profile of a host node path (an inotify event under /dev); empty if none."""
+        """The profile of a host node path (an inotify event under /dev), or the profiles
+        whose directory it is (/dev/dri made after the watcher started); empty if none."""
         hit = devices.node_spec(path)
-        return frozenset({hit[0].name}) if hit is not None else frozenset()
+        if hit is not None:
+            return frozenset({hit[0].name})
+        return frozenset(p.name for p in self.catalog if path in p.dirs)
 
     def profiles(self, ev: Uevent | None) -> frozenset[str]:
         """The profiles an event concerns; empty: ignore it."""

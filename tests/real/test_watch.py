@@ -304,3 +304,33 @@ def test_install_writes_a_verified_hardened_unit_through_the_transaction(env, tm
     assert r.returncode == 0 and "nothing-to-do" in r.stdout, r.stdout + r.stderr
     r = lxcfix(env, "watch", "--install", "--yes", "--heal", "two words")
     assert r.returncode == 2 and r.stderr.count("\n") == 1
+
+
+def test_a_repair_that_fails_twice_is_left_alone(container_factory, tun, env, tmp_path):
+    """No repair loop: lxc-cgroup refuses (a stand-in first on PATH), each repair is rolled
+    back; after the second failure in a row the container is left alone, said once."""
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "lxc-cgroup").write_text("#!/bin/sh\necho 'lxc-cgroup: refused by the test' >&2\nexit 1\n")
+    (shim / "lxc-cgroup").chmod(0o755)
+    env["PATH"] = f"{shim}:{env['PATH']}"
+    c = container_factory([TUN_MOUNT])
+    old = Path(c.config_path).read_bytes()
+    w = Watch(env, "--heal", c.name, "--interval", "0")
+    try:
+        w.wait_for(rf"^CT {c.name}: LXF100: repair failed after .*lxc-cgroup: refused by the test")
+        kernel_change()
+        w.wait_for(rf"^CT {c.name}: LXF100: repair failed .*; left alone from now on \(2 failures in a row\)")
+        for _ in range(2):
+            start = len(w.lines)
+            kernel_change()
+            w.wait_for(r"^pass \d+: ", start=start)
+    finally:
+        code = w.stop()
+    assert code == 1, "\n".join(w.lines)  # a repair failed: said by the exit code too
+    mine = [l for l in w.lines if l.startswith(f"CT {c.name}:")]
+    assert len([l for l in mine if "repair failed" in l]) == 2
+    assert len([l for l in mine if "left alone: 2 repairs failed in a row" in l]) == 1, mine
+    assert Path(c.config_path).read_bytes() == old
+    ends = [e["event"] for e in _journal(env) if e.get("by") == "watch" and e["event"] in ("done", "rolled-back")]
+    assert ends == ["rolled-back", "rolled-back"]

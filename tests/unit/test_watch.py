@@ -83,6 +83,7 @@ def test_what_is_listened_to_comes_from_the_catalog():
     assert heal.FILTER.node("/dev/nvidia-uvm") == {"nvidia-uvm"}
     assert heal.FILTER.node("/dev/accel/accel0") == {"accel"}
     assert heal.FILTER.node("/dev/pts/3") == frozenset()
+    assert heal.FILTER.node("/dev/dri") == {"dri"}  # the directory appearing: its nodes come with it
 
 
 def test_a_burst_is_one_pass_and_a_storm_is_bounded():
