@@ -1050,7 +1050,8 @@ def watch(
 
     watcher = w.Watcher(target, opts, emit, conf=w.read_conf())
     watcher.serve(once=once)
-    return Watched(1 if watcher.counters["failures_total"] else 0)
+    # --once: 1 when a repair failed (cron mails it); the service stops with 0 (systemd would mark it failed)
+    return Watched(1 if once and watcher.counters["failures_total"] else 0)
 
 
 @app.command("hook", short_help="Proxmox VE hookscript: re-check device rules at every start.",

@@ -98,7 +98,7 @@ class Hooked:
 
 @dataclass(frozen=True)
 class Watched:
-    """lxcfix watch: 0 when no repair failed (1: one did, and was rolled back)."""
+    """lxcfix watch: 0; --once: 1 when a repair failed (and was rolled back)."""
 
     code: int
 
