@@ -85,7 +85,7 @@ def read_conf(path: str | None = None) -> heal.WatchConf:
 
 def notify_argv(cmd: str | None) -> list[str] | None:
     """--notify CMD split as a shell would split words (no shell runs it)."""
-    if not cmd:
+    if cmd is None:
         return None
     try:
         argv = shlex.split(cmd)
@@ -323,7 +323,7 @@ class Watcher:
         try:
             facts = host_facts(tgt.transport, tgt.backend)
             listed = tgt.backend.list(tgt.transport)
-            running = [ct for ct in listed if self._running(ct) and (not retry_only or ct in due)]
+            running = [ct for ct in listed if (not retry_only or ct in due) and self._running(ct, facts)]
             checked = running if everything or retry_only else self._candidates(running, listed, profiles, facts)
             rep = repair.scan(tgt, checked, self.opts.style, probe=False, facts=facts, keep_context=True,
                               diffs=False) if checked else None
@@ -360,12 +360,16 @@ class Watcher:
                 out.append(ct)
         return out
 
-    def _running(self, ct: str) -> bool:
-        """Its cgroup exists: one stat, where `lxc-info` is a process per container."""
+    def _running(self, ct: str, facts) -> bool:
+        """On a pure cgroup v2 host: its cgroup exists (one stat, where `lxc-info` is a process
+        per container); elsewhere (hybrid, v1) LXC's own answer."""
         from .bpf import cgroup_candidates
 
+        tgt = self.target
         try:
-            return any(os.path.isdir(p) for p in cgroup_candidates(self.target.backend.name, ct))
+            if facts.cgroup_layout == "v2":
+                return any(os.path.isdir(p) for p in cgroup_candidates(tgt.backend.name, ct))
+            return tgt.backend.status(tgt.transport, ct) == "running"
         except Exception:
             return False
 
@@ -532,7 +536,8 @@ def unit_argv(python: str, args: list[str]) -> list[str]:
     for w in argv:
         if not w or set(w) & _UNSAFE or any(ord(ch) < 32 for ch in w):
             raise BadInput(f"--install: {w!r} cannot go into the unit's ExecStart (no spaces, quotes, %, $ or "
-                           "backslashes); put containers in /etc/lxcfix/watch.conf instead")
+                           "backslashes); name containers in /etc/lxcfix/watch.conf, and a --notify command with arguments "
+                           "in a script of its own")
     if not python.startswith("/"):
         raise BadInput(f"--install: the interpreter {python!r} is not an absolute path")
     return argv

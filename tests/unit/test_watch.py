@@ -184,3 +184,12 @@ def test_only_configs_that_name_a_changed_device_are_checked():
     assert heal.might_concern(bound, uvm)
     assert not heal.might_concern(plain, uvm) and not heal.might_concern(plain, tun)
     assert heal.needles(frozenset(), facts) is None and not heal.might_concern(given_tun, None)
+
+
+def test_notify_is_an_argv_and_an_empty_one_is_refused():
+    assert watch.notify_argv(None) is None
+    assert watch.notify_argv("/usr/local/bin/page --team 'ops on call'") == ["/usr/local/bin/page", "--team",
+                                                                             "ops on call"]
+    for bad in ("", "   ", "a 'b"):
+        with pytest.raises(BadInput):
+            watch.notify_argv(bad)
