@@ -99,6 +99,7 @@ class HostAudit:
     containers: tuple[tuple[str, str], ...] = ()  # (ct, config path), in scan order
     kernel: str | None = None
     notes: tuple[str, ...] = ()  # what the audit assumed for this host ("target kernel: ...")
+    not_healed: tuple[str, ...] = ()  # GPU/NPU containers without the tag lxcfix-heal (lxcfix watch)
 
 
 @dataclass(frozen=True)
@@ -165,7 +166,7 @@ def audit(hosts: Sequence[HostReport], for_: str, *, new_driver: str | None = No
             h.host, h.backend, h.error, f.nvidia_driver if f else None, f.cgroup_layout if f else None,
             f.pve_version if f else None, f.lxc_version if f else None,
             tuple((c.ct, c.path) for c in h.containers), f.kernel if f else None,
-            _host_notes(f, for_, to_kernel) if f else ()))
+            _host_notes(f, for_, to_kernel) if f else (), _not_healed(h.containers)))
         if f is None:
             continue
         occasion = foresight.Occasion(for_, new_driver, (boot_nodes or {}).get(h.host, False), to_kernel)
@@ -174,6 +175,25 @@ def audit(hosts: Sequence[HostReport], for_: str, *, new_driver: str | None = No
             items += _Ct(h, c, f, occasion, groups).items()
     items.sort(key=_item_order)
     return AuditReport(for_, tuple(summaries), tuple(items), new_driver, to_kernel)
+
+
+# The device families a driver reload, a late node or a renumbering takes from a running container.
+HEAL_FAMILIES = frozenset({"nvidia", "dri", "kfd", "accel"})
+
+
+def _not_healed(containers: Sequence[CtReport]) -> tuple[str, ...]:
+    """The containers given a GPU or NPU that no `lxcfix-heal` tag opts in to `lxcfix watch`
+    (--heal and watch.conf are the watcher's own: not seen here)."""
+    from .heal import HEAL_TAG, RESTART_TAG, tags_of
+
+    out = []
+    for c in containers:
+        ctx = c.context
+        if ctx is None or not any(devices.family_of(g.profile) in HEAL_FAMILIES for g in ctx.effective.given):
+            continue
+        if not tags_of(ctx.config.get("tags")) & {HEAL_TAG, RESTART_TAG}:
+            out.append(c.ct)
+    return tuple(out)
 
 
 def _host_notes(f: HostFacts, for_: str, to_kernel: str | None) -> tuple[str, ...]:

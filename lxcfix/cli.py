@@ -13,6 +13,7 @@ import gc
 import json
 import os
 import re
+import shlex
 import sys
 import time
 from typing import List, Optional
@@ -25,9 +26,9 @@ from .errors import BadInput, ExitCode, LxcfixError, Unreachable
 from .gather import host_facts
 from .model import CtReport, HostReport
 from .rules.access import MAP_GROUP, checked_map_group
-from .outcome import Applied, Audited, Hooked, Planned, Preflighted, Rolled, Scanned, Shown, applied_message
+from .outcome import Applied, Audited, Hooked, Planned, Preflighted, Rolled, Scanned, Shown, Watched, applied_message
 
-OUTCOMES = (Applied, Audited, Hooked, Planned, Preflighted, Rolled, Scanned, Shown)
+OUTCOMES = (Applied, Audited, Hooked, Planned, Preflighted, Rolled, Scanned, Shown, Watched)
 
 
 class _OnFirstUse:
@@ -1023,6 +1024,9 @@ def _print_audit(result, for_: str, verbose: bool = False, reaches: dict | None 
     for h in result.hosts:
         for n in h.notes:
             say(f"  {h.host}: {n}", "dim")
+        if h.not_healed:
+            say(clean(f"  {h.host}: GPU containers not healed on device events (no tag lxcfix-heal; see "
+                      f"lxcfix watch): {', '.join(h.not_healed)}"), "dim")
     if verbose:
         shown: dict = {}  # (host, ct) -> the changes shown for that container
         for i in result.items:
@@ -1155,6 +1159,81 @@ def host_fix(
     say(f"{hostfix.UNIT_NAME}: {r.step_reached}" + (f"; backup {r.backup_path}" if r.backup_path else "")
         + (f" ({r.message})" if r.message else ""), "green")
     return Applied(r)
+
+
+@app.command("watch", short_help="Heal opted-in running containers on host device events (a service).",
+             epilog=examples(
+                 "lxcfix watch --install --yes", "install and start lxcfix-watch.service (hardened)",
+                 "pct set 200 --tags 'gpu;lxcfix-heal'", "opt CT 200 in: repaired live when the host's devices change",
+                 "lxcfix watch --once --heal web", "one pass over every running container now, then exit (cron)"))
+def watch(
+    once: bool = typer.Option(False, "--once", help="One pass over every running container, then exit."),
+    install: bool = typer.Option(False, "--install", help="Install lxcfix-watch.service (with these options) "
+                                 "through a transaction, enable and start it."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="With --install: do not ask."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="With --install: show the unit and the steps only."),
+    heal_ct: Optional[List[str]] = typer.Option(None, "--heal", metavar="CT", help="Repair this container "
+                                                "(repeat); also: tag lxcfix-heal, /etc/lxcfix/watch.conf."),
+    heal_restart: Optional[List[str]] = typer.Option(None, "--heal-restart", metavar="CT",
+                                                     help="Repair it, restarting it when a live change cannot."),
+    notify: Optional[str] = typer.Option(None, "--notify", metavar="CMD", help="Run CMD (no shell) with each "
+                                         "finding as JSON on stdin, 10 s at most."),
+    metrics_file: Optional[str] = typer.Option(None, "--metrics-file", metavar="PATH",
+                                               help="node_exporter textfile: events, passes, repairs, latency."),
+    debounce: float = typer.Option(0.1, "--debounce", metavar="S", min=0.0, max=10.0,
+                                   help="Quiet time that ends a burst of events (one pass per burst)."),
+    interval: float = typer.Option(10.0, "--interval", metavar="S", min=0.0, max=86400.0,
+                                   help="At most one repair per container in this many seconds."),
+    style: str = StyleOpt,
+) -> Watched:
+    """Listen to the kernel's device events and /dev; re-check the running containers given the devices that
+    changed; repair opted-in ones live (the apply --live transaction), report the others."""
+    from . import hostfix
+    from . import watch as w
+
+    for ct in (heal_ct or []) + (heal_restart or []):
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", ct):
+            raise BadInput(f"--heal {ct!r}: not a container name or vmid")
+    if (dry_run or yes) and not install:
+        raise BadInput("--yes and --dry-run go with --install")
+    if once and install:
+        raise BadInput("--once runs one pass; --install installs the service: one or the other")
+    argv_notify = w.notify_argv(notify)
+    if metrics_file is not None and not os.path.isabs(metrics_file):
+        raise BadInput(f"--metrics-file {metrics_file!r}: an absolute path")
+    target = repair.open_target(None)
+    if install:
+        args = [a for ct in heal_ct or [] for a in ("--heal", ct)] + \
+               [a for ct in heal_restart or [] for a in ("--heal-restart", ct)] + \
+               (["--notify", shlex.join(argv_notify)] if argv_notify else []) + \
+               (["--metrics-file", metrics_file] if metrics_file else []) + \
+               (["--debounce", f"{debounce:g}"] if debounce != 0.1 else []) + \
+               (["--interval", f"{interval:g}"] if interval != 10.0 else [])
+        plan = w.plan_unit(target, w.unit_argv(sys.executable, args), metrics_file)
+        _print_diff(plan.diff())
+        tx = hostfix.host_unit_transaction(target, plan, now=True, unit=w.UNIT_NAME)
+        if dry_run:
+            _print_steps("steps watch --install would take", tx.describe_steps())
+            verdict = tx.check()
+            _print_verdict("watch --install", verdict)
+            verdict.raise_error()
+            return Watched(0)
+        if not plan.is_empty and not yes:
+            _confirm(f"install {plan.path}?")
+        r = hostfix.apply_host_unit(target, plan, now=True, unit=w.UNIT_NAME)
+        say(f"{w.UNIT_NAME}: {r.step_reached}" + (f"; backup {r.backup_path}" if r.backup_path else ""), "green")
+        return Watched(0)
+    opts = w.Options(heal=frozenset(heal_ct or []), restart=frozenset(heal_restart or []), notify=argv_notify,
+                     metrics_file=metrics_file, debounce=debounce, interval=interval, style=style)
+
+    def emit(line: str) -> None:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+    watcher = w.Watcher(target, opts, emit, conf=w.read_conf())
+    watcher.serve(once=once)
+    # --once: 1 when a repair failed (cron mails it); the service stops with 0 (systemd would mark it failed)
+    return Watched(1 if once and watcher.counters["failures_total"] else 0)
 
 
 @app.command("hook", short_help="Proxmox VE hookscript: re-check device rules at every start.",

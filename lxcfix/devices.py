@@ -128,6 +128,11 @@ class Profile:
     wildcard: False when a rule lxcfix writes names each node even on a major the
       driver owns (`c M:* rwm` on nvidia-caps would also grant nvidia-cap1, MIG's
       configuration capability).
+    subsystems: the kernel's uevent SUBSYSTEM of its nodes ("drm", "misc"): `lxcfix watch`
+      listens for add/remove/change there (heal.EventFilter).
+    reload_modules: more modules whose load or unload makes, removes or renumbers its
+      nodes (drivers that serve it: i915, amdgpu), beyond `modules` and `out_of_tree`;
+      only `lxcfix watch` reads them.
     """
 
     name: str
@@ -150,6 +155,8 @@ class Profile:
     deny_symptom: str | None = None
     absent_at_boot: str | None = None
     wildcard: bool = True
+    subsystems: tuple[str, ...] = ()
+    reload_modules: tuple[str, ...] = ()
 
     @property
     def dynamic(self) -> bool:
@@ -227,32 +234,39 @@ CATALOG: tuple[Profile, ...] = (
                 (r"/dev/dri/card[0-9]+", "video"), (r"/dev/dri/by-path/[^/]+-card", "video")),
         driver_modules=(("nvidia", ("nvidia_drm", "nvidia")),),
         sysfs_driver=True,
+        subsystems=("drm",),
+        reload_modules=("i915", "xe", "amdgpu", "radeon", "nouveau", "nvidia_drm", "virtio_gpu"),
     ),
     Profile("kfd", (NodeSpec(r"/dev/kfd", _fixed(0)),), drivers=("kfd",), defaults=("/dev/kfd",),
-            groups=((r"/dev/kfd", "render"),), sysfs_driver=True),
+            groups=((r"/dev/kfd", "render"),), sysfs_driver=True, subsystems=("kfd",), reload_modules=("amdgpu",)),
     Profile("tun", (NodeSpec(r"/dev/net/tun", _fixed(200)),), drivers=("misc",), static=10, dirs=("/dev/net",),
-            defaults=("/dev/net/tun",), always_present=True),
+            defaults=("/dev/net/tun",), always_present=True, subsystems=("misc",), reload_modules=("tun",)),
     Profile("fuse", (NodeSpec(r"/dev/fuse", _fixed(229)),), drivers=("misc",), static=10, defaults=("/dev/fuse",),
-            always_present=True),
+            always_present=True, subsystems=("misc",), reload_modules=("fuse",)),
     Profile("kvm", (NodeSpec(r"/dev/kvm", _fixed(232)),), drivers=("misc",), static=10, defaults=("/dev/kvm",),
-            always_present=True),
+            always_present=True, subsystems=("misc",), reload_modules=("kvm", "kvm_intel", "kvm_amd")),
     Profile("apex", (NodeSpec(r"/dev/apex_([0-9]{1,6})", _group()),), static=120, defaults=("/dev/apex_0",),
-            modules=("apex", "gasket"), sysfs_driver=True, out_of_tree=("gasket", "apex"), dkms=("gasket", "apex")),
+            modules=("apex", "gasket"), sysfs_driver=True, out_of_tree=("gasket", "apex"), dkms=("gasket", "apex"),
+            subsystems=("apex",)),
     Profile("usb-serial", (NodeSpec(r"/dev/ttyUSB([0-9]{1,6})", _group()),), static=188,
-            groups=((r"/dev/ttyUSB[0-9]+", "dialout"),), sysfs_driver=True),
+            groups=((r"/dev/ttyUSB[0-9]+", "dialout"),), sysfs_driver=True, subsystems=("tty",),
+            reload_modules=("usbserial", "ftdi_sio", "cp210x", "ch341", "pl2303")),
     Profile("usb-acm", (NodeSpec(r"/dev/ttyACM([0-9]{1,6})", _group()),), static=166,
-            groups=((r"/dev/ttyACM[0-9]+", "dialout"),), sysfs_driver=True),
+            groups=((r"/dev/ttyACM[0-9]+", "dialout"),), sysfs_driver=True, subsystems=("tty",),
+            reload_modules=("cdc_acm",)),
     # NPUs: the kernel's compute-accelerator class (drivers/accel, ACCEL_MAJOR 261, one minor per
     # device); Intel's intel_vpu (Core Ultra) and AMD's amdxdna (Ryzen AI), in-tree since 6.3 and
     # 6.14, amdxdna built out of tree (AMD's xdna-driver) before that. OpenVINO, Ollama.
     Profile("accel", (NodeSpec(r"/dev/accel/accel([0-9]{1,6})", _group()),), drivers=("accel",), static=261,
             dirs=("/dev/accel",), defaults=("/dev/accel/accel0",), noun="the NPU",
-            groups=((r"/dev/accel/accel[0-9]+", "render"),), sysfs_driver=True, out_of_tree=("amdxdna",)),
+            groups=((r"/dev/accel/accel[0-9]+", "render"),), sysfs_driver=True, out_of_tree=("amdxdna",),
+            subsystems=("accel",), reload_modules=("intel_vpu", "amdxdna", "habanalabs", "qaic")),
     Profile(
         "usb",
         (NodeSpec(r"/dev/bus/usb/([0-9]{1,6})/([0-9]{1,6})", lambda m: (int(m.group(1)) - 1) * 128 + int(m.group(2)) - 1),),
         static=189,
         dirs=("/dev/bus/usb",),
+        subsystems=("usb",),
     ),
 )
 

@@ -247,19 +247,20 @@ class Enable(Step):
     sd: "Systemd"
     now: bool = False
     check_before: bool = True  # the unit existed before: ask whether it was enabled
+    unit: str = UNIT_NAME
     reached = "enabled"
     _was: bool = False
 
     def _argv(self, *verb: str) -> list[str]:
-        return self.sd.systemctl(*verb, UNIT_NAME)
+        return self.sd.systemctl(*verb, self.unit)
 
     def describe(self) -> str:
         return " ".join(self.sd.systemctl("enable", *(["--now"] if self.now and self.sd.mode == "online" else []),
-                                          UNIT_NAME))
+                                          self.unit))
 
     def do(self, tx) -> None:
         self._was = self.check_before and self.runner.run(self._argv("is-enabled", "--quiet"), timeout=60).ok
-        argv = self.sd.systemctl("enable", *(["--now"] if self.now and self.sd.mode == "online" else []), UNIT_NAME)
+        argv = self.sd.systemctl("enable", *(["--now"] if self.now and self.sd.mode == "online" else []), self.unit)
         Run(self.runner, argv, "enable").do(tx)
 
     def undo(self, tx) -> str | None:
@@ -274,8 +275,10 @@ class Enable(Step):
 
 
 def host_unit_transaction(target, plan: Plan, *, enable: bool = True, now: bool = False,
-                          state_dir: str | None = None, runner=None, verify: bool = True) -> Transaction:
-    """The steps of installing the planned unit: what apply_host_unit runs and --dry-run prints."""
+                          state_dir: str | None = None, runner=None, verify: bool = True,
+                          unit: str = UNIT_NAME) -> Transaction:
+    """The steps of installing the planned unit: what apply_host_unit runs and --dry-run prints.
+    unit: its name (lxcfix watch --install installs lxcfix-watch.service the same way)."""
     local, live, default_runner, host = _target_parts(target)
     runner = runner or default_runner
     path = local(plan.path)
@@ -284,13 +287,13 @@ def host_unit_transaction(target, plan: Plan, *, enable: bool = True, now: bool 
         raise BadInput(f"cannot enable a unit in {os.path.dirname(path)}: not a systemd unit directory "
                        f"(use {SYSTEMD_DIR}, or <root>{SYSTEMD_DIR}; or do not enable)")
     state = StateDir(state_dir) if state_dir else state_dir_of(target.root)
-    base = dict(host=host, unit=UNIT_NAME, path=plan.path, digest_before=plan.digest,
+    base = dict(host=host, unit=unit, path=plan.path, digest_before=plan.digest,
                 digest_after=ctconfig.digest(plan.after), style=plan.style)
     current = plan.before if plan.before else None
     steps: list[Step] = [Lock(_lock_path())] if live else []
     steps.append(Expect(path, plan.digest, shown=plan.path))
     if not plan.is_empty:
-        steps += [Backup(unit_backups(state), current, plan.digest),
+        steps += [Backup(unit_backups(state, unit), current, plan.digest),
                   Write(path, current, plan.after, None, shown=plan.path, mode=0o644)]
         if verify:
             steps.append(UnitVerify(runner, path, snapshot=None if live else host,
@@ -299,17 +302,17 @@ def host_unit_transaction(target, plan: Plan, *, enable: bool = True, now: bool 
             steps.append(Run(runner, sd.systemctl("daemon-reload"), "daemon-reload",
                              undo_argv=sd.systemctl("daemon-reload"), undo_last=True))
     if enable:
-        steps.append(Enable(runner, sd, now, check_before=current is not None))
+        steps.append(Enable(runner, sd, now, check_before=current is not None, unit=unit))
     events = {"done": "enabled"} if plan.is_empty else {}
-    return Transaction(f"installing {UNIT_NAME}", steps, Journal(state), base, prefix="host-unit-", events=events)
+    return Transaction(f"installing {unit}", steps, Journal(state), base, prefix="host-unit-", events=events)
 
 
-def unit_backups(state: StateDir) -> Backups:
+def unit_backups(state: StateDir, unit: str = UNIT_NAME) -> Backups:
     """Where host-fix keeps the unit's old versions: <state>/host-unit/<unit>/, apart from
     every container's (<state>/backups/<ct>/: an LXC container may be named `host`).
     Before 0.2 they went to <state>/backups/host/, which `lxcfix rollback --ct host` of a
     container named host now refuses to read (they are no container config)."""
-    return Backups(state, UNIT_NAME, kind="host-unit")
+    return Backups(state, unit, kind="host-unit")
 
 
 def host_unit_steps(target, plan: Plan, *, enable: bool = True, now: bool = False) -> list[str]:
@@ -318,7 +321,8 @@ def host_unit_steps(target, plan: Plan, *, enable: bool = True, now: bool = Fals
 
 
 def apply_host_unit(target, plan: Plan, *, enable: bool = True, now: bool = False,
-                    state_dir: str | None = None, runner=None, verify: bool = True) -> ApplyResult:
+                    state_dir: str | None = None, runner=None, verify: bool = True,
+                    unit: str = UNIT_NAME) -> ApplyResult:
     """Install the planned unit (see the module docstring for the steps).
     target: a repair.Target (its transport runs systemctl on a live host).
     now: start the unit at once (online only): the nodes appear without a reboot.
@@ -327,13 +331,13 @@ def apply_host_unit(target, plan: Plan, *, enable: bool = True, now: bool = Fals
     runner = runner or default_runner
     sd = systemd_for(os.path.dirname(local(plan.path)), live)
     tx = host_unit_transaction(target, plan, enable=enable, now=now, state_dir=state_dir, runner=runner,
-                               verify=verify)
+                               verify=verify, unit=unit)
     if plan.is_empty and (not enable or (sd.mode != "none" and
-                                         runner.run(sd.systemctl("is-enabled", "--quiet", UNIT_NAME), timeout=60).ok)):
+                                         runner.run(sd.systemctl("is-enabled", "--quiet", unit), timeout=60).ok)):
         tx.check().raise_error()  # nothing to do, if the unit is still what was planned (and the lock is free)
         return ApplyResult("nothing-to-do", None, True, False, f"{plan.path} is up to date")
     result = tx.run()  # which begins with tx.check(), what --dry-run shows
     if plan.is_empty:
-        return ApplyResult("enabled", None, False, False, f"{UNIT_NAME} enabled")
+        return ApplyResult("enabled", None, False, False, f"{unit} enabled")
     return ApplyResult(result.reached, result.state.get("backup"), bool(result.state.get("verified")), False,
                        "; ".join(result.state.get("notes", [])))

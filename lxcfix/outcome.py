@@ -145,6 +145,17 @@ class Hooked:
 
 
 @dataclass(frozen=True)
+class Watched:
+    """lxcfix watch: 0; --once: 1 when a repair failed (and was rolled back)."""
+
+    code: int
+
+    @property
+    def exit_code(self) -> int:
+        return self.code
+
+
+@dataclass(frozen=True)
 class Shown:
     """facts, explain, --print-snippet: nothing to judge."""
 

@@ -376,3 +376,11 @@ def test_render_gid_comes_from_the_probe_when_it_ran():
     report = audit.audit([replace(h, containers=probed)], "reboot")
     (i,) = items(report, ct="202", code="LXF201")
     assert "gid=993" in i.change
+
+
+def test_audit_names_the_gpu_containers_not_opted_in_to_healing():
+    configs = {**CONFIGS, "206": HEAD + "tags: gpu;lxcfix-heal\ndev0: /dev/dri/renderD128\n",
+               "207": HEAD + "tags: lxcfix-heal-restart\ndev0: /dev/dri/card1\n"}
+    report = audit.audit([host(configs)], "reboot")
+    # 200 (NVIDIA), 201 and 202 (DRM) have no tag; 203-205 pass only /dev/net/tun; 206 and 207 opted in
+    assert report.hosts[0].not_healed == ("200", "201", "202")

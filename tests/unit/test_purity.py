@@ -20,14 +20,14 @@ PURE = (
     "lxcfix.render", "lxcfix.report", "lxcfix.audit", "lxcfix.fixes", "lxcfix.styles", "lxcfix.outcome",
     "lxcfix.idmap", "lxcfix.inventory", "lxcfix.sweep", "lxcfix.causes", "lxcfix.codes", "lxcfix.errortexts",
     "lxcfix.memo", "lxcfix.agentreply", "lxcfix.fence", "lxcfix.pvestorage", "lxcfix.preflight", "lxcfix.cluster",
-    "lxcfix.nsprobe",
+    "lxcfix.nsprobe", "lxcfix.heal",
 )
 IO_MODULES = (
     "subprocess", "socket", "multiprocessing", "paramiko", "fabric", "invoke",
     "lxcfix.transport", "lxcfix.ssh", "lxcfix.gather", "lxcfix.observe", "lxcfix.scan", "lxcfix.fleet", "lxcfix.fleetpool",
     "lxcfix.apply", "lxcfix.transaction", "lxcfix.steps", "lxcfix.atomicfile", "lxcfix.backends", "lxcfix.repair",
     "lxcfix.cli", "lxcfix.hook", "lxcfix.hostfix", "lxcfix.api", "lxcfix.inventory_io", "lxcfix.entry",
-    "lxcfix.agent", "lxcfix.ship", "lxcfix.fleetapply", "lxcfix.volumes", "lxcfix.migrate", "lxcfix.floor",
+    "lxcfix.agent", "lxcfix.ship", "lxcfix.fleetapply", "lxcfix.volumes", "lxcfix.migrate", "lxcfix.floor", "lxcfix.watch",
 )
 PROBE = """
 import json, sys
