@@ -37,7 +37,8 @@ from .outcome import applied_message
 
 AGENT_VERSION = 1
 OPS = ("plan", "apply", "apply-all", "rollback", "host-fix")
-# applied, nothing-to-do, would-apply (a check run that would go ahead), restored (rollback),
+# applied, nothing-to-do, would-apply (a check run that would go ahead), would-fail (a check run
+# whose check found the run would fail and roll back: nothing done), restored (rollback),
 # refused (nothing changed: lock:, digest moved, bad input), rolled-back (changed, failed,
 # put back), rollback-failed, failed (lxcfix's own state or a host file unusable: nothing
 # changed), skipped (not tried: an earlier container of this host rolled back): OUTCOMES, as
@@ -55,6 +56,14 @@ def outcome_of(e: LxcfixError) -> str:
     if isinstance(e, BadInput) or int(e.exit_code) == 2:  # nothing changed: the control exits 2 for it
         return "refused"
     return "failed"
+
+
+def checked_outcome(e: LxcfixError) -> str:
+    """A check run's verdict when its check failed: nothing was done, so never "rolled-back"; the
+    run would fail and roll back ("would-fail", exit 4 as the run would), be refused, or fail."""
+    if isinstance(e, ApplyFailed):
+        return "would-fail"
+    return "refused" if isinstance(e, BadInput) or int(e.exit_code) == 2 else "failed"
 
 
 def _str(req: dict, key: str, default: str | None = None) -> str | None:
@@ -124,7 +133,7 @@ def apply_one(target, ct: str, *, dry_run: bool = False, restart: bool = True, l
             rec["verdict"] = verdict.to_json()
             if verdict.ok:
                 return {**rec, "outcome": "would-apply", "exit": 1, "message": f"CT {ct}: apply would go ahead"}
-            return {**rec, "outcome": outcome_of(verdict.error), "exit": verdict.exit_code,
+            return {**rec, "outcome": checked_outcome(verdict.error), "exit": verdict.exit_code,
                     "message": verdict.message}
         if expect is not None and expect != rec["before"]:
             return {**rec, "outcome": "refused", "exit": 2,
@@ -203,7 +212,7 @@ def host_fix(target, *, dry_run: bool = False, enable: bool = True, now: bool = 
             verdict = tx.check()
             rec["verdict"] = verdict.to_json()
             if not verdict.ok:
-                return {**rec, "outcome": outcome_of(verdict.error), "exit": verdict.exit_code,
+                return {**rec, "outcome": checked_outcome(verdict.error), "exit": verdict.exit_code,
                         "message": verdict.message}
             if plan.is_empty:
                 return {**rec, "outcome": "nothing-to-do", "exit": 0, "message": f"{plan.path} is up to date"}

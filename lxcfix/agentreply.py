@@ -36,9 +36,9 @@ MAX_VALUES = 200_000  # an honest apply --all of 1,000 containers: about 60,000
 MAX_RESULTS = 10_000
 MAX_TEXT = 1024 * 1024  # one message, diff, step
 
-OUTCOMES = ("applied", "nothing-to-do", "would-apply", "restored", "planned", "refused", "rolled-back",
+OUTCOMES = ("applied", "nothing-to-do", "would-apply", "would-fail", "restored", "planned", "refused", "rolled-back",
             "rollback-failed", "failed", "skipped")
-CHECKED = frozenset({"would-apply", "nothing-to-do", "refused", "failed"})  # a check run's verdicts
+CHECKED = frozenset({"would-apply", "would-fail", "nothing-to-do", "refused", "failed"})  # a check run's verdicts
 CHANGED = frozenset({"applied", "rolled-back", "rollback-failed"})  # what only a confirmed container may be
 _ALLOWED = {
     ("plan", False): frozenset({"planned", "nothing-to-do", "refused", "failed"}),

@@ -694,7 +694,7 @@ def rollback(
 # ---- changes through the agent (fleetapply.py): fleet hosts, or every container of this host
 
 RUN_STYLE = {"applied": "green", "restored": "green", "nothing-to-do": None, "would-apply": "yellow",
-             "planned": None, "refused": "yellow", "skipped": "dim", "not-tried": "dim", "rolled-back": "bold red",
+             "planned": None, "refused": "yellow", "would-fail": "bold red", "skipped": "dim", "not-tried": "dim", "rolled-back": "bold red",
              "rollback-failed": "bold red", "failed": "bold red", "lost": "bold red", "invalid": "bold red",
              "unreachable": "bold red",
              "no-python": "bold red"}

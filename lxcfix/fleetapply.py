@@ -23,14 +23,14 @@ from .errors import LxcfixError
 from .outcome import Rolled, run_exit
 
 # Worst first: a host's status is its worst container's outcome.
-RANK = ("rollback-failed", "rolled-back", "lost", "invalid", "failed", "no-python", "unreachable", "refused",
+RANK = ("rollback-failed", "rolled-back", "would-fail", "lost", "invalid", "failed", "no-python", "unreachable", "refused",
         "would-apply", "planned", "applied", "restored", "skipped", "nothing-to-do", "not-tried")
 # invalid: the host sent a reply that is not the agent's answer to the request (agentreply):
 # what it did there, only its journal says, as for a host lost mid-run.
 FAILED = frozenset({"rollback-failed", "rolled-back", "lost", "invalid"})
 WORDS = {"rollback-failed": "rollback FAILED", "rolled-back": "rolled back", "lost": "lost mid-run",
          "invalid": "invalid reply", "no-python": "no python3", "nothing-to-do": "nothing to do",
-         "would-apply": "would apply", "not-tried": "not tried"}
+         "would-apply": "would apply", "would-fail": "would fail", "not-tried": "not tried"}
 
 
 @dataclass

@@ -95,7 +95,7 @@ class Audited:
 # request, agentreply.validate), never which number the run exits with.
 RUN_EXIT = {"applied": 0, "nothing-to-do": 0, "restored": 0, "skipped": 0, "not-tried": 0,
             "would-apply": 1, "planned": 1, "refused": 2, "failed": 3, "lost": 3, "invalid": 3, "no-python": 3,
-            "unreachable": 3, "rolled-back": 4, "rollback-failed": 5}
+            "unreachable": 3, "would-fail": 4, "rolled-back": 4, "rollback-failed": 5}
 
 
 @dataclass(frozen=True)

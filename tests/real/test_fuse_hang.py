@@ -101,8 +101,11 @@ def finish(hung: Hung, argv, env) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(argv, p.returncode, out, err)
 
 
-def leftovers(*needles: str) -> list[str]:
-    """Processes on this machine whose command line or environment holds every needle."""
+def leftovers(*needles: str, environ: bool = False) -> list[str]:
+    """Processes on this machine whose command line (and, with environ, environment) holds every
+    needle. The command line alone by default: a forked reader keeps its parent's, and an
+    environment would match the container's own LXC monitor ("[lxc monitor] ... NAME"), whose
+    PATH holds the CI venv's /opt/lxcfix-ci-venv/bin."""
     found = []
     for pid in os.listdir("/proc"):
         if not pid.isdigit() or int(pid) == os.getpid():
@@ -110,8 +113,9 @@ def leftovers(*needles: str) -> list[str]:
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 cmd = f.read()
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                cmd += b"\0" + f.read()
+            if environ:
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    cmd += b"\0" + f.read()
         except OSError:
             continue
         if all(n.encode() in cmd for n in needles):
@@ -119,10 +123,10 @@ def leftovers(*needles: str) -> list[str]:
     return found
 
 
-def none_left(*needles: str) -> list[str]:
+def none_left(*needles: str, environ: bool = False) -> list[str]:
     """leftovers(), given a moment: a killed child is reaped by its parent's thread or by init."""
     for _ in range(50):
-        left = leftovers(*needles)
+        left = leftovers(*needles, environ=environ)
         if not left:
             return left
         time.sleep(0.1)
@@ -207,6 +211,6 @@ def test_over_ssh_the_hosts_sweep_finishes_and_leaves_no_process_there(fuse_cts,
             assert not [h for h in doc["hosts"] if h.get("error")], doc["hosts"]
             assert_judged(doc, hung, neighbour)
             # nothing the sweep started (its own python3, the reader's child) is left on the "host"
-            assert none_left("SSH_CONNECTION=", f"127.0.0.1 {d.port}\0") == []
+            assert none_left("SSH_CONNECTION=", f"127.0.0.1 {d.port}\0", environ=True) == []
         finally:
             d.stop()

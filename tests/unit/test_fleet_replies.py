@@ -349,3 +349,18 @@ def test_a_sweep_of_millions_of_short_names_stops_at_its_budget():
         tracemalloc.stop()
     assert got.garbage == f"more than {sweep.MAX_ITEMS} records and names" and got.dirs == {}
     assert got.files == {"/proc/devices": b"10 misc\n"} and peak < 100 << 20, peak
+
+
+def test_a_check_run_that_would_fail_is_said_as_a_check_and_exits_as_the_run_would():
+    """A host-fix or apply check whose check fails with the error the run would raise (exit 4:
+    the run would fail and roll back) is a check verdict, "would-fail", never "rolled-back"
+    (nothing was done); the control node accepts it from a check run and exits 4 for it."""
+    from lxcfix import agent, agentreply
+    from lxcfix.errors import ApplyFailed, BadInput, StateError
+    from lxcfix.outcome import run_exit
+
+    assert agent.checked_outcome(ApplyFailed("systemd-analyze verify rejects the unit")) == "would-fail"
+    assert agent.checked_outcome(BadInput("lock: backup")) == "refused"
+    assert agent.checked_outcome(StateError("state dir unusable")) == "failed"
+    assert "would-fail" in agentreply.CHECKED and "rolled-back" not in agentreply.CHECKED
+    assert run_exit("would-fail") == 4 == int(ApplyFailed("x").exit_code)
