@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from lxcfix import inventory_io
 from lxcfix.errors import BadInput
-from lxcfix.inventory import load, load_bytes, load_ini, load_json, text_format
+from lxcfix.inventory import MAX_INVENTORY_BYTES, load, load_bytes, load_ini, load_json, text_format
 from lxcfix.inventory_io import load_file
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "inventory"
@@ -366,6 +366,20 @@ def test_ansible_inventory_path_bad_input_is_one_line(tmp_path, ansible_on_path,
     with pytest.raises(BadInput) as e:
         load_file("hosts.ini")
     assert str(e.value) == expected
+
+
+
+def test_ansible_inventory_listing_too_much_names_its_command_quoted(tmp_path):
+    """Past the cap, the command that listed the file is named as it runs (shlex.join), the
+    path with a space in it one word."""
+    tool = tmp_path / "ansible-inventory"
+    tool.write_text(f"#!/bin/sh\nexec head -c {MAX_INVENTORY_BYTES + 1} /dev/zero\n")
+    tool.chmod(0o755)
+    src = tmp_path / "my hosts"
+    src.write_text("[g]\nh1\n")
+    with pytest.raises(BadInput) as e:
+        inventory_io.load_ini_with(str(tool), str(src), src.read_text())
+    assert f"(as {shlex.join([str(tool), '-i', str(src), '--list', '--export'])} lists it)" in str(e.value)
 
 
 def test_bad_ini_on_the_command_line_is_one_line_exit_2(tmp_path, ansible_on_path):
