@@ -53,9 +53,7 @@ def outcome_of(e: LxcfixError) -> str:
         return "rollback-failed"
     if isinstance(e, ApplyFailed):
         return "rolled-back"
-    if isinstance(e, BadInput) or int(e.exit_code) == 2:  # nothing changed: the control exits 2 for it
-        return "refused"
-    return "failed"
+    return _refused_or_failed(e)
 
 
 def checked_outcome(e: LxcfixError) -> str:
@@ -63,6 +61,12 @@ def checked_outcome(e: LxcfixError) -> str:
     run would fail and roll back ("would-fail", exit 4 as the run would), be refused, or fail."""
     if isinstance(e, ApplyFailed):
         return "would-fail"
+    return _refused_or_failed(e)
+
+
+def _refused_or_failed(e: LxcfixError) -> str:
+    """An error that is neither a rollback nor its failure: "refused" when nothing changed (bad
+    input, or exit 2: the control node exits 2 for it), else "failed"."""
     return "refused" if isinstance(e, BadInput) or int(e.exit_code) == 2 else "failed"
 
 

@@ -44,14 +44,19 @@ def clean(text: object) -> str:
     """Text from a container or a config, safe for a terminal: control bytes
     shown as \\xNN, bidi and zero-width controls as \\uNNNN. (rich's Text never reads
     markup; this stops the escapes.)"""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}",
-                        str(text))
+    return _CONTROL.sub(lambda m: _escaped(m.group()), str(text))
+
+
+def _escaped(ch: str) -> str:
+    """One character as its escape: \\xNN, \\uNNNN or \\UNNNNNNNN, the shortest that holds it."""
+    n = ord(ch)
+    return f"\\x{n:02x}" if n < 0x100 else f"\\u{n:04x}" if n < 0x10000 else f"\\U{n:08x}"
 
 
 # Everything but printable text: Cc (C0, DEL, C1, tab and newline too), Cf (the bidi embeddings,
 # overrides and isolates U+202A-202E, U+2066-2069, the marks U+200E/U+200F, zero-width joiners,
 # soft hyphen, BOM, ...), the line and paragraph separators (Zl, Zp), surrogates (what
-# surrogateescape makes of bytes that are no UTF-8) and unassigned code points (Cn).
+# surrogateescape makes of bytes that are no UTF-8), private-use (Co) and unassigned code points (Cn).
 def _unsafe(ch: str) -> bool:
     return unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn")
 
@@ -71,8 +76,7 @@ def field(text: object, size: int = 4096) -> str:
     cut = len(text) > size
     text = text[:size]
     if _PRINTABLE_ASCII.fullmatch(text) is None:
-        text = "".join((f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}" if ord(c) < 0x10000
-                        else f"\\U{ord(c):08x}") if _unsafe(c) else c for c in text)
+        text = "".join(_escaped(c) if _unsafe(c) else c for c in text)
     return text + ("..." if cut else "")
 
 

@@ -146,7 +146,7 @@ class Reach:
         cts = ["--ct", ct] if ct is not None else []
         if self.inventory is not None and command in FLEET:
             return self._fleet([command, *cts, *extra])
-        line = " ".join(map(shlex.quote, ["lxcfix", command, *cts, *extra]))
+        line = shlex.join(["lxcfix", command, *cts, *extra])
         line += f" --root {self._root}" if self.root else ""
         return self._over_ssh(line)
 
@@ -154,7 +154,7 @@ class Reach:
         """`lxcfix apply --ct CT`, where it changes what it should: a snapshot's copy, not the snapshot."""
         if self.inventory is not None:
             return self._fleet(["apply", "--ct", ct, *extra])
-        line = " ".join(map(shlex.quote, ["lxcfix", "apply", "--ct", ct, *extra]))
+        line = shlex.join(["lxcfix", "apply", "--ct", ct, *extra])
         if self.root is not None:
             return f'{self._copy()} && {line} --root "$snap" --no-restart'
         return self._over_ssh(line, tty=True)
@@ -189,11 +189,11 @@ class Reach:
     def _fleet(self, words: list[str]) -> str:
         """A command run from here on the fleet host, through the inventory it was read from."""
         argv = ["lxcfix", *words, "--inventory", self.inventory or "", "--host", self.name or "", *self.flags]
-        return " ".join(map(shlex.quote, argv))
+        return shlex.join(argv)
 
     def _over_ssh(self, line: str, tty: bool = False) -> str:
         if self.env:
-            line = " ".join(map(shlex.quote, ["env", *self.env])) + " " + line
+            line = shlex.join(["env", *self.env]) + " " + line
         if not self.ssh:
             return line
         argv = [self.ssh[0], *(["-t"] if tty else []), *self.ssh[1:]]

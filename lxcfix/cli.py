@@ -577,8 +577,7 @@ def plan(
         req = {"op": "plan", "ct": ct, "style": style, "asks": sorted(_asks(write_subgid, mode_0666, map_group))}
         return Rolled(_changes([entry], req, _agent_for(known_hosts, ssh_config, host_timeout),
                                show=lambda r: _print_run(r, diff=True)))
-    if host_timeout is not None:
-        raise BadInput("--host-timeout: with --inventory (a fleet host's part has that deadline)")
+    _no_host_timeout(host_timeout)
     target = repair.open_target(root, host)
     _, c = repair.one(target, ct, style, asks=_asks(write_subgid, mode_0666, map_group), editable=True)
     say(f"style: {c.plan.style} ({c.plan.style_reason})", "dim", err)
@@ -635,8 +634,7 @@ def apply(
                            style=style, asks=_asks(write_subgid, mode_0666, map_group), serial=serial, max_fail=max_fail,
                            known_hosts=known_hosts, ssh_config=ssh_config, as_json=as_json,
                            host_timeout=host_timeout)
-    if host_timeout is not None:
-        raise BadInput("--host-timeout: with --inventory (a fleet host's part has that deadline)")
+    _no_host_timeout(host_timeout)
     if as_json:
         raise BadInput("--json: with --inventory or --all (one container's apply prints its diff and steps)")
     target = repair.open_target(root, host)
@@ -684,8 +682,7 @@ def rollback(
         req = {"op": "rollback", "ct": ct, "to": to, "restart": not no_restart}
         return Rolled(_changes([entry], req, _agent_for(known_hosts, ssh_config, host_timeout),
                                show=lambda r: _print_run(r, diff=False)))
-    if host_timeout is not None:
-        raise BadInput("--host-timeout: with --inventory (a fleet host's part has that deadline)")
+    _no_host_timeout(host_timeout)
     result = repair.rollback(repair.open_target(root, host), ct, to, restart=not no_restart)
     say(result.message)
     return Applied(result)
@@ -719,6 +716,12 @@ def _one_fleet_host(inventory: str, hosts: Optional[List[str]], root: Optional[s
         raise BadInput(f"{command} with --inventory: --host must name one host (it names "
                        f"{len(entries)}: {names})")
     return entries[0]
+
+
+def _no_host_timeout(host_timeout: Optional[float]) -> None:
+    """--host-timeout without --inventory: bad input (only a fleet host's part has that deadline)."""
+    if host_timeout is not None:
+        raise BadInput("--host-timeout: with --inventory (a fleet host's part has that deadline)")
 
 
 def _agent_for(known_hosts: Optional[str], ssh_config: Optional[str], host_timeout: Optional[float] = None):
@@ -802,8 +805,7 @@ def _apply_many(ct, hosts, root, inventory, *, dry_run: bool, yes: bool, restart
         return _run_confirmed(entries, base, _agent_for(known_hosts, ssh_config, host_timeout), None, single=ct,
                               yes=yes,
                               dry_run=dry_run, serial=serial, max_fail=max_fail, as_json=as_json)
-    if host_timeout is not None:
-        raise BadInput("--host-timeout: with --inventory (a fleet host's part has that deadline)")
+    _no_host_timeout(host_timeout)
     from . import agent
 
     repair.open_target(root, hosts)  # a bad --root or --host: bad input before anything runs
@@ -1137,8 +1139,7 @@ def host_fix(
                               yes=yes,
                               dry_run=dry_run, command="host-fix")
 
-    if host_timeout is not None:
-        raise BadInput("--host-timeout: with --inventory (a fleet host's part has that deadline)")
+    _no_host_timeout(host_timeout)
     target = repair.open_target(root, host)
     plan = hostfix.plan_host_unit(host_facts(target.transport, target.backend), hostfix.read_existing(target),
                                   modprobe=modprobe or hostfix.MODPROBE, gpu_minors=gpu or None)
@@ -1503,15 +1504,14 @@ def _repeated(argv: list[str]) -> str | None:
         return None
     from .bounded import excerpt
 
-    options = _options_of
     command = typer.main.get_command(app)
-    opts, seen = options(command), {}
+    opts, seen = _options_of(command), {}
     words = iter(words)
     for w in words:
         if not w.startswith("-"):
             if w in getattr(command, "commands", ()):
                 command = command.commands[w]
-                opts = options(command)
+                opts = _options_of(command)
             continue
         name, eq, value = w.partition("=")
         p = opts.get(name)

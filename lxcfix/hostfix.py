@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -205,7 +206,7 @@ class UnitVerify(Step):
 
     def describe(self) -> str:
         also = f"; the ExecStart binaries are {self.snapshot}'s, not checked here" if self.snapshot else ""
-        return f"{' '.join(VERIFY)} {self.path} (skipped if systemd-analyze is missing{also})"
+        return f"{shlex.join([*VERIFY, self.path])} (skipped if systemd-analyze is missing{also})"
 
     def check(self, tx) -> None:
         """What do() would reject first on this host, said before anything is written (the error
@@ -254,14 +255,15 @@ class Enable(Step):
     def _argv(self, *verb: str) -> list[str]:
         return self.sd.systemctl(*verb, self.unit)
 
+    def _enable_argv(self) -> list[str]:
+        return self._argv("enable", *(["--now"] if self.now and self.sd.mode == "online" else []))
+
     def describe(self) -> str:
-        return " ".join(self.sd.systemctl("enable", *(["--now"] if self.now and self.sd.mode == "online" else []),
-                                          self.unit))
+        return shlex.join(self._enable_argv())
 
     def do(self, tx) -> None:
         self._was = self.check_before and self.runner.run(self._argv("is-enabled", "--quiet"), timeout=60).ok
-        argv = self.sd.systemctl("enable", *(["--now"] if self.now and self.sd.mode == "online" else []), self.unit)
-        Run(self.runner, argv, "enable").do(tx)
+        Run(self.runner, self._enable_argv(), "enable").do(tx)
 
     def undo(self, tx) -> str | None:
         if self._was:
@@ -270,7 +272,7 @@ class Enable(Step):
         r = self.runner.run(argv, timeout=120)
         tx.journal_event("command", argv=argv, rc=r.rc)
         if not r.ok:
-            raise UndoFailed(f"`{' '.join(argv)}` exited {r.rc}: {r.tail()}", fatal=False, step="command")
+            raise UndoFailed(f"`{shlex.join(argv)}` exited {r.rc}: {r.tail()}", fatal=False, step="command")
         return "the enable was undone"
 
 

@@ -192,7 +192,7 @@ _USER = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]{0,31}\$?")
 _PVE_NODE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9\-]{0,61}[A-Za-z0-9])?")
 _DIGITS = re.compile(r"[0-9]+")  # ASCII only: str.isdigit() is True for "²", which int() refuses
 _RANGE = re.compile(r"(.*?)\[([0-9]+|[a-zA-Z]):([0-9]+|[a-zA-Z])(?::([0-9]+))?\](.*)")
-_HOST_PORT = re.compile(r"([^:\[\]]+):([0-9]{1,5})")
+_HOST_PORT = re.compile(r"((?:[^:\[\]]|\[[^\]]*\])+):([0-9]{1,5})")  # brackets: ranges, pve[1:3]:2222
 _CT_ADDR = re.compile(r"(?:(?P<user>[^@\s]+)@)?(?:\[(?P<v6>[^\]]+)\]|(?P<host>[^:@\s\[\]]+))(?::(?P<port>[^:]*))?")
 _JSON_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]{0,127}")
 
@@ -788,10 +788,7 @@ class _YamlReader(_Tree):
         for key, value in self._items(node, f"hosts of group {g.name!r}"):
             pattern = key.value
             line = key.start_mark.line + 1
-            port = None
-            m = _HOST_PORT.fullmatch(pattern)
-            if m:
-                pattern, port = m.group(1), int(m.group(2))
+            pattern, port = _host_port(pattern)
             try:
                 names = expand_range(pattern)
             except ValueError as e:
@@ -1057,10 +1054,7 @@ class _IniReader(_Tree):
             raise self.w.err(n, f"host line {_show(line)}: {e}") from None
         if not tokens:
             return
-        pattern, port = tokens[0], None
-        m = _INI_HOST_PORT.fullmatch(pattern)
-        if m:
-            pattern, port = m.group(1), int(m.group(2))
+        pattern, port = _host_port(tokens[0])
         try:
             names = expand_range(pattern)
         except ValueError as e:
@@ -1105,7 +1099,12 @@ class _IniReader(_Tree):
             raise self.w.err(n, f"group name {_show(name)} is not valid (letters, digits, '_', '-', '.', '+')")
 
 
-_INI_HOST_PORT = re.compile(r"((?:[^:\[\]]|\[[^\]]*\])+):([0-9]{1,5})")  # brackets: ranges, pve[1:3]:2222
+
+def _host_port(pattern: str) -> tuple[str, int | None]:
+    """A host key of a YAML or INI inventory split as Ansible's parse_address (allow_ranges) does:
+    `pve[1:3]:2222` -> ("pve[1:3]", 2222), `pve1` -> ("pve1", None)."""
+    m = _HOST_PORT.fullmatch(pattern)
+    return (m.group(1), int(m.group(2))) if m else (pattern, None)
 
 
 def _plain(value: Any) -> Any:

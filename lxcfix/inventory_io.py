@@ -18,6 +18,7 @@ import errno
 import os
 import posixpath
 import select
+import shlex
 import shutil
 import stat
 import sys
@@ -61,7 +62,7 @@ def load_ini_with(tool: str, path: str, text: str) -> Inventory:
     r = run_bounded(argv, timeout=ANSIBLE_INVENTORY_TIMEOUT, limit=MAX_INVENTORY_BYTES,
                     env={**os.environ, **ANSIBLE_INVENTORY_ENV})
     if r.truncated:
-        raise _too_big(f"{path} (as {' '.join(argv[1:])} lists it)")
+        raise _too_big(f"{path} (as {shlex.join(argv)} lists it)")
     if r.rc == 124:
         raise BadInput(f"{path}: ansible-inventory did not list it within {ANSIBLE_INVENTORY_TIMEOUT:g}s")
     if r.rc != 0:

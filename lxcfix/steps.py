@@ -15,6 +15,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import shlex
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Protocol, Sequence
 
@@ -491,7 +492,7 @@ class Run(Step):
     reached: str | None = None
 
     def describe(self) -> str:
-        return " ".join(self.argv)
+        return shlex.join(self.argv)
 
     def _run(self, tx, argv) -> Result:
         r = self.transport.run(list(argv), timeout=120)
@@ -501,14 +502,14 @@ class Run(Step):
     def do(self, tx) -> None:
         r = self._run(tx, self.argv)
         if not r.ok:
-            raise ApplyFailed(f"{self.what} failed: `{' '.join(self.argv)}` exited {r.rc}: {r.tail()}")
+            raise ApplyFailed(f"{self.what} failed: `{shlex.join(self.argv)}` exited {r.rc}: {r.tail()}")
 
     def undo(self, tx) -> str | None:
         if self.undo_argv is None:
             return None
         r = self._run(tx, self.undo_argv)
         if not r.ok:
-            raise UndoFailed(f"`{' '.join(self.undo_argv)}` exited {r.rc}: {r.tail()}", fatal=False, step="command")
+            raise UndoFailed(f"`{shlex.join(self.undo_argv)}` exited {r.rc}: {r.tail()}", fatal=False, step="command")
         return None
 
 

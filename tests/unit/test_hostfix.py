@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 from dataclasses import dataclass, field, replace
 
 import pytest
@@ -199,6 +200,20 @@ def test_failed_enable_restores_the_old_unit_from_its_backup(sysroot, tmp_path):
     assert ["systemctl", f"--root={tmp_path / 'root'}", "disable", hostfix.UNIT_NAME] in runner.calls
 
 
+
+def test_a_failed_command_is_named_as_it_runs(tmp_path, monkeypatch):
+    """The enable that failed, under a snapshot path with a space, named as shlex.join writes it."""
+    monkeypatch.setenv("LXCFIX_SYSTEMD_DIR", str(tmp_path / "my snap" / "etc" / "systemd" / "system"))
+    monkeypatch.setenv("LXCFIX_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("LXCFIX_LOCK_DIR", str(tmp_path / "lock"))
+    target = Target(Runner(fail={"enable": Result(1, "", "Failed to enable unit: Access denied")}))
+    plan = hostfix.plan_host_unit(gpu_facts(), hostfix.read_existing(target))
+    with pytest.raises(ApplyFailed) as e:
+        hostfix.apply_host_unit(target, plan, enable=True)
+    argv = ["systemctl", f"--root={tmp_path / 'my snap'}", "enable", hostfix.UNIT_NAME]
+    assert f"`{shlex.join(argv)}` exited 1" in str(e.value)
+
+
 def test_missing_systemd_analyze_is_a_note_not_a_failure(sysroot):
     runner = Runner(fail={"verify": Result(127, "", "systemd-analyze: command not found")})
     result = hostfix.apply_host_unit(Target(runner), hostfix.plan_host_unit(gpu_facts(), None), enable=False)
@@ -226,6 +241,20 @@ def test_dry_run_steps_name_every_command(sysroot, tmp_path):
     assert any(s.startswith("systemd-analyze verify ") for s in steps)
     assert f"systemctl --root={tmp_path / 'root'} enable {hostfix.UNIT_NAME}" in steps
     assert not any("daemon-reload" in s for s in steps)  # offline: nothing to reload
+
+
+
+def test_dry_run_steps_are_commands_quoted_as_they_run(tmp_path, monkeypatch):
+    """A snapshot under a path with a space: each step's command is printed as shlex.join
+    writes it, so it runs as printed."""
+    d = tmp_path / "my snap" / "etc" / "systemd" / "system"
+    monkeypatch.setenv("LXCFIX_SYSTEMD_DIR", str(d))
+    monkeypatch.setenv("LXCFIX_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("LXCFIX_LOCK_DIR", str(tmp_path / "lock"))
+    plan = hostfix.plan_host_unit(gpu_facts(), None)
+    steps = hostfix.host_unit_steps(Target(Runner()), plan, enable=True)
+    assert shlex.join(["systemctl", f"--root={tmp_path / 'my snap'}", "enable", hostfix.UNIT_NAME]) in steps
+    assert any(s.startswith(shlex.join([*hostfix.VERIFY, str(d / hostfix.UNIT_NAME)]) + " (") for s in steps)
 
 
 def test_a_snapshots_unit_binary_is_not_this_hosts_so_a_missing_one_is_not_checked(sysroot, tmp_path):

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from lxcfix import inventory_io
 from lxcfix.errors import BadInput
-from lxcfix.inventory import load, load_bytes, load_ini, text_format
+from lxcfix.inventory import MAX_INVENTORY_BYTES, load, load_bytes, load_ini, load_json, text_format
 from lxcfix.inventory_io import load_file
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "inventory"
@@ -217,6 +217,21 @@ def test_source_ini_is_source_yaml(no_ansible):
     assert entries(ini_inv) == entries(yaml_inv) and dict(ini_inv.groups) == dict(yaml_inv.groups)
 
 
+
+def test_a_range_with_a_port_reads_alike_in_yaml_ini_and_ansible(tmp_path, ansible_on_path):
+    """`pve[1:2]:2222` is a range of hosts on port 2222 in either format, as ansible-inventory reads
+    it (parse_address with ranges for both); YAML refused it as a host named 'pve1:2222'."""
+    src = tmp_path / "hosts.yml"
+    src.write_text("all:\n  hosts:\n    pve[1:2]:2222:\n      ansible_user: ops\n    solo:\n")
+    yaml_inv = load_file(str(src))
+    assert [(h.name, h.port, h.user) for h in yaml_inv.hosts] == [("pve1", 2222, "ops"), ("pve2", 2222, "ops"),
+                                                                 ("solo", None, None)]
+    assert entries(yaml_inv) == entries(ini("pve[1:2]:2222 ansible_user=ops\nsolo\n"))
+    listed = subprocess.run([str(ansible_on_path), "-i", str(src), "--list", "--export"], capture_output=True,
+                            text=True, check=True).stdout
+    assert entries(load_json(listed, str(src))) == entries(yaml_inv)
+
+
 NAMES = st.sampled_from(["h0", "h1", "h2", "h3", "web-1", "db.lan"])
 TEXT = st.text(st.sampled_from(list("ab z#;=:'\"\\[]{},-_/é")), max_size=8)
 VALUES = {
@@ -351,6 +366,20 @@ def test_ansible_inventory_path_bad_input_is_one_line(tmp_path, ansible_on_path,
     with pytest.raises(BadInput) as e:
         load_file("hosts.ini")
     assert str(e.value) == expected
+
+
+
+def test_ansible_inventory_listing_too_much_names_its_command_quoted(tmp_path):
+    """Past the cap, the command that listed the file is named as it runs (shlex.join), the
+    path with a space in it one word."""
+    tool = tmp_path / "ansible-inventory"
+    tool.write_text(f"#!/bin/sh\nexec head -c {MAX_INVENTORY_BYTES + 1} /dev/zero\n")
+    tool.chmod(0o755)
+    src = tmp_path / "my hosts"
+    src.write_text("[g]\nh1\n")
+    with pytest.raises(BadInput) as e:
+        inventory_io.load_ini_with(str(tool), str(src), src.read_text())
+    assert f"(as {shlex.join([str(tool), '-i', str(src), '--list', '--export'])} lists it)" in str(e.value)
 
 
 def test_bad_ini_on_the_command_line_is_one_line_exit_2(tmp_path, ansible_on_path):
