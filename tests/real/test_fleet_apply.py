@@ -66,7 +66,10 @@ class Fleet:
         self.home.mkdir(exist_ok=True)
 
     def add(self, name: str, cts, path: str = HOST_PATH, python: str | None = None, **env) -> Sshd:
-        """python: the host's ansible_python_interpreter (none: lxcfix's default, /usr/bin/python3)."""
+        """python: the host's ansible_python_interpreter (none: lxcfix's default, /usr/bin/python3).
+        A name added again replaces that host: its old sshd is stopped first (else it outlives the test)."""
+        if name in self.hosts:
+            self.hosts.pop(name).stop()
         state = self.tmp / f"state-{name}"
         d = Sshd.start(self.tmp / f"sshd-{name}", self.keys,
                        env={"PATH": path, "LXCFIX_STATE_DIR": str(state),
