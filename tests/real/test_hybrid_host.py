@@ -1,6 +1,6 @@
 """This machine's own cgroup layout is hybrid (TESTING.md): outside tests/run's private
-namespace (pure cgroup2), LXC ignores every lxc.cgroup2 device rule. lxcfix run there, in the
-machine's own mount namespace (nsenter into PID 1's), on a real LXC container given /dev/net/tun
+namespace (pure cgroup2), LXC ignores every lxc.cgroup2 device rule. lxcfix run in that layout
+(a private mount namespace with the machine's v1 devices hierarchy: HYBRID), on a real LXC container given /dev/net/tun
 without a rule, must say so (LXF300), plan nothing, say why, and print no "run:" or plan hint
 that leads to a plan that does nothing (issue 29: scan said "fix: allow c 10:200 rwm (run:
 lxcfix plan)", plan printed nothing and apply --dry-run said "nothing to change"). The same
@@ -22,25 +22,15 @@ from .cli import TUN_MOUNT
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _machines_namespace() -> str | None:
-    """The mount namespace tests/run was started from (the machine's own): that of the first
-    ancestor of this process whose namespace is not ours (tests/run's unshare made ours)."""
-    import os
-
-    ours, pid = os.readlink("/proc/self/ns/mnt"), os.getpid()
-    while pid > 1:
-        with open(f"/proc/{pid}/stat") as f:
-            pid = int(f.read().rsplit(")", 1)[1].split()[1])
-        try:
-            if os.readlink(f"/proc/{pid}/ns/mnt") != ours:
-                return f"/proc/{pid}/ns/mnt"
-        except OSError:
-            return None
-    return None
-
-
-NS = _machines_namespace()
-OUTSIDE = ["nsenter", f"--mount={NS}", "--"] if NS else ["false"]
+# The machine's hybrid layout, made beside ours: a private mount namespace of this one (same root
+# and lxcpath, so also inside the Debian 13 tier's pivot_root'd root, where the machine's own
+# namespace sees another filesystem) whose /sys/fs/cgroup is what a hybrid host mounts: the v1
+# devices hierarchy (this kernel keeps that controller on v1) and cgroup2 at unified.
+HYBRID = ("umount -l /sys/fs/cgroup && mount -t tmpfs cgroup /sys/fs/cgroup && "
+          "mkdir /sys/fs/cgroup/devices /sys/fs/cgroup/unified && "
+          "mount -t cgroup -o devices devices /sys/fs/cgroup/devices && "
+          "mount -t cgroup2 none /sys/fs/cgroup/unified && exec \"$@\"")
+OUTSIDE = ["unshare", "-m", "--propagation", "private", "sh", "-c", HYBRID, "sh"]
 PLAN = re.compile(r"lxcfix plan --ct (\S+?)[)`'\s]|run: ")
 
 
@@ -54,7 +44,7 @@ def lxcfix(env, *args, outside: bool = False) -> subprocess.CompletedProcess:
 def hybrid():
     r = subprocess.run(OUTSIDE + ["cat", "/proc/self/mountinfo"], capture_output=True, text=True, timeout=30)
     if r.returncode != 0:
-        pytest.skip(f"cannot enter the machine's own mount namespace: {r.stderr.strip()}")
+        pytest.skip(f"cannot make a hybrid cgroup mount namespace: {r.stderr.strip()}")
     if harness.cgroup_layout(r.stdout) == "v2":
         pytest.skip("this machine's own cgroup layout is pure cgroup v2: nothing hybrid to see")
     assert harness.cgroup_layout() == "v2"  # the test itself runs in tests/run's pure cgroup2 namespace
